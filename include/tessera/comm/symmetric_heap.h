@@ -1,0 +1,80 @@
+// SymmetricHeap: memory every rank allocates at the same offsets, written and read one-sided.
+// Backends: NVSHMEM (nvshmem_malloc, nvshmemx_*_on_stream), CUDA IPC peer mappings inside one
+// host, and the cpu backend (rank threads share an address space). Between emulated
+// machines, one-sided traffic goes through a transport paced to the emulated link
+// (comm/emulation.h), whatever the backend.
+//
+// Signals are 64-bit words in the heap (num_signal_slots() per rank): put_with_signal makes
+// the data visible at the peer before the peer's slot changes; wait_signal blocks the stream
+// until the local slot satisfies a comparison, bounded by the wait timeout. A timeout on the
+// GPU records who waited for whom, prints it and traps; check_errors() then throws it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tessera/runtime/stream.h"
+
+namespace tessera {
+
+enum class SignalOp : uint8_t { kSet, kAdd };
+enum class WaitCmp : uint8_t { kEq, kNe, kGe, kGt };
+const char* wait_cmp_name(WaitCmp cmp);
+
+// One symmetric allocation: the same offset and size on every rank.
+struct SymmetricBuffer {
+  void* local = nullptr;  // this rank's copy
+  size_t offset = 0;      // offset inside the heap, equal on every rank
+  size_t bytes = 0;
+};
+
+class SymmetricHeap {
+ public:
+  virtual ~SymmetricHeap() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual Backend backend() const = 0;
+  // "nvshmem", "ipc", "cpu"; "+paced" when traffic to `peer` crosses an emulated machine.
+  virtual std::string transport(int peer) const = 0;
+
+  // Collective: every rank calls with the same bytes, in the same order.
+  virtual SymmetricBuffer allocate(size_t bytes) = 0;
+  // Address of `peer`'s copy of `buffer` that kernels on this rank may load/store, or nullptr
+  // when the peer is not load/store reachable.
+  virtual void* peer_ptr(const SymmetricBuffer& buffer, int peer) const = 0;
+
+  virtual void put(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes,
+                   int peer, const Stream& s) = 0;
+  virtual void get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes,
+                   int peer, const Stream& s) = 0;
+  virtual void put_with_signal(const SymmetricBuffer& dst, size_t dst_offset, const void* src,
+                               size_t bytes, int peer, int signal_slot, SignalOp op,
+                               uint64_t value, const Stream& s) = 0;
+  virtual void signal(int peer, int signal_slot, SignalOp op, uint64_t value,
+                      const Stream& s) = 0;
+  // The stream waits until this rank's `signal_slot` <cmp> value. `from_rank` is the rank
+  // expected to signal (named in the timeout message; -1 when several).
+  virtual void wait_signal(int signal_slot, WaitCmp cmp, uint64_t value, int from_rank,
+                           const Stream& s) = 0;
+  // Reads this rank's signal slot from the host (after the stream is synchronized).
+  virtual uint64_t read_signal(int signal_slot) const = 0;
+  // Every rank's prior puts are visible and every rank arrived; bounded.
+  virtual void barrier(const Stream& s) = 0;
+  // Throws the first device-side timeout recorded by this heap's waits, if any.
+  virtual void check_errors() const = 0;
+
+  int num_signal_slots() const { return num_signal_slots_; }
+
+ protected:
+  explicit SymmetricHeap(int num_signal_slots) : num_signal_slots_(num_signal_slots) {}
+  void check_put_args(const SymmetricBuffer& buf, size_t offset, size_t bytes, int peer,
+                      const char* op) const;
+  void check_signal_slot(int slot, const char* op) const;
+
+ private:
+  int num_signal_slots_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,138 @@
+#include "tessera/core/params.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "tessera/core/error.h"
+
+namespace tessera {
+
+namespace {
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::vector<detail::ParamBase*>& registry() {
+  static std::vector<detail::ParamBase*> r;
+  return r;
+}
+
+template <typename T>
+T parse_value(const std::string& text, const char* name);
+
+template <>
+bool parse_value<bool>(const std::string& t, const char* name) {
+  if (t == "1" || t == "true" || t == "on" || t == "yes") return true;
+  if (t == "0" || t == "false" || t == "off" || t == "no") return false;
+  throw_error(ErrorCode::kInvalidArgument,
+              str(name, " = '", t, "': expected 1/0, true/false, on/off or yes/no"));
+}
+template <>
+int64_t parse_value<int64_t>(const std::string& t, const char* name) {
+  char* end = nullptr;
+  long long v = std::strtoll(t.c_str(), &end, 10);
+  TESSERA_CHECK_ARG(!t.empty() && end && *end == '\0', name, " = '", t, "': expected an integer");
+  return v;
+}
+template <>
+double parse_value<double>(const std::string& t, const char* name) {
+  char* end = nullptr;
+  double v = std::strtod(t.c_str(), &end);
+  TESSERA_CHECK_ARG(!t.empty() && end && *end == '\0', name, " = '", t, "': expected a number");
+  return v;
+}
+template <>
+std::string parse_value<std::string>(const std::string& t, const char*) {
+  return t;
+}
+
+template <typename T>
+std::string to_text(const T& v) {
+  if constexpr (std::is_same_v<T, std::string>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    return v ? "1" : "0";
+  } else {
+    return str(v);
+  }
+}
+}  // namespace
+
+namespace detail {
+ParamBase::ParamBase(const char* name, const char* help) : name_(name), help_(help) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().push_back(this);
+}
+
+std::optional<std::string> ParamBase::env_text() const {
+  const char* v = std::getenv(name_);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+}  // namespace detail
+
+template <typename T>
+T Param<T>::get() const {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (override_) return *override_;
+  }
+  if (auto text = env_text()) return parse_value<T>(*text, name());
+  return default_;
+}
+
+template <typename T>
+void Param<T>::override(T value) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  override_ = std::move(value);
+}
+
+template <typename T>
+void Param<T>::clear_override() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  override_.reset();
+}
+
+template <typename T>
+std::string Param<T>::default_string() const {
+  return to_text(default_);
+}
+
+template <typename T>
+std::string Param<T>::current_string() const {
+  return to_text(get());
+}
+
+template class Param<bool>;
+template class Param<int64_t>;
+template class Param<double>;
+template class Param<std::string>;
+
+std::vector<ParamInfo> all_params() {
+  std::vector<ParamInfo> out;
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  for (auto* p : registry()) {
+    ParamInfo info;
+    info.name = p->name();
+    info.help = p->help();
+    info.default_value = p->default_string();
+    info.from_environment = p->env_text().has_value();
+    try {
+      info.current_value = p->current_string();
+    } catch (const Error& e) {
+      info.current_value = str("<invalid: ", e.what(), ">");
+    }
+    out.push_back(std::move(info));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ParamInfo& a, const ParamInfo& b) { return a.name < b.name; });
+  return out;
+}
+
+const Param<int64_t> kWaitTimeoutMs(
+    "TESSERA_TIMEOUT_MS", 60000,
+    "bound on every wait for another rank (bootstrap, collectives, signals, barriers), in ms");
+
+int64_t wait_timeout_ms() { return kWaitTimeoutMs.get(); }
+
+}  // namespace tessera
