@@ -40,6 +40,11 @@ struct RankContext {
 std::unique_ptr<RankContext> create_cuda_context(std::unique_ptr<Bootstrap> bootstrap,
                                                  const ContextOptions& options);
 
+// A further symmetric heap for `ctx`'s ranks ("nvshmem" or "ipc" on cuda, "cpu" on cpu), e.g.
+// to compare transports side by side. Collective over ctx's ranks.
+std::unique_ptr<SymmetricHeap> create_symmetric_heap(RankContext& ctx, const std::string& transport,
+                                                     size_t bytes);
+
 // Runs `body` on `world_size` threads, each a rank of the cpu backend, split evenly into
 // `num_machines` machines. Every rank's exception is collected; the first (by rank) is
 // rethrown after all threads ended, with the other ranks' messages appended.

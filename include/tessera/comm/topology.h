@@ -52,6 +52,9 @@ struct Topology {
 // Every rank calls this: exchanges host identity and device ids through `bootstrap` and
 // classifies each pair (NVLink when the GPUs report active NVLinks between them).
 Topology detect_topology(Bootstrap& bootstrap, int device);
+// Link class of every pair of GPUs visible to this process (row-major, n x n), without a
+// bootstrap; for `tessera info`. Empty without the cuda backend.
+std::vector<LinkClass> detect_local_links(int num_devices);
 // A cpu-backend topology: `world_size` ranks split evenly into `num_machines`.
 Topology cpu_topology(int world_size, int num_machines);
 // Regroups a real single-host topology into `num_machines` emulated machines of consecutive

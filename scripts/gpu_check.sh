@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
+# configure and build with every core, run the gpu tests, run the benchmarks with their
+# anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
+#   STAGES="build test comm attn" selects stages (default: all of them).
+set -uo pipefail
+out=$1
+mkdir -p "$out"
+stages=${STAGES:-"build test comm attn"}
+has() { [[ " $stages " == *" $1 "* ]]; }
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+export TESSERA_COMMIT=${TESSERA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+bin=build-gpu/tools/tessera/tessera
+status=0
+
+if has build; then
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
+    -DCUTLASS_INCLUDE_DIR="$PWD/.deps/cutlass/include" ${CMAKE_ARGS:-} >"$out/build.log" 2>&1 &&
+  cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1; }
+  echo "build ok"
+fi
+$bin info >"$out/info.txt" 2>&1 || status=1
+if has test; then
+  ctest --test-dir build-gpu -L gpu --output-on-failure --timeout 300 >"$out/gpu_tests.log" 2>&1 || status=1
+  grep -E "tests passed|tests failed|Failed|\*\*\*" "$out/gpu_tests.log" | tail -15
+fi
+if has comm; then
+  $bin bench comm --heap nvshmem --compare-heaps --json "$out/comm_1x${ngpu}.json" >"$out/comm.log" 2>&1 || status=1
+  if [ "$ngpu" -ge 2 ]; then
+    $bin bench comm --heap nvshmem --emulate-nodes 2 --ops all_to_all,all_gather,reduce_scatter,sendrecv,put,get \
+      --json "$out/comm_2x$((ngpu / 2))_emulated.json" >>"$out/comm.log" 2>&1 || status=1
+  fi
+  torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_comm.py --json "$out/torch_comm.json" \
+    >"$out/torch_comm.log" 2>&1 || status=1
+fi
+if has attn && $bin bench attn --help >/dev/null 2>&1; then
+  $bin bench attn --json "$out/attn.json" >"$out/attn.log" 2>&1 || status=1
+fi
+echo "=== comm ==="; grep -v "^\[" "$out/comm.log" 2>/dev/null | tail -60
+python3 bench/report.py "$out"/*.json 2>/dev/null | grep -E " (64M|256M) " || true
+exit $status
