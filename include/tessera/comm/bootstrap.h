@@ -66,3 +66,18 @@ class TcpBootstrapHub {
 };
 
 }  // namespace tessera
+
+namespace tessera {
+
+// Single-host launcher used by the `tessera` CLI and the multi-GPU test binaries: re-executes
+// this program (argv) as `num_workers` worker processes with the tcp bootstrap's variables
+// set (TESSERA_BOOTSTRAP_ADDR, TESSERA_RANK, TESSERA_WORLD_SIZE, TESSERA_LOCAL_RANK,
+// TESSERA_LOCAL_SIZE) plus `extra_env`, serves the hub, and waits. A worker that exits
+// non-zero or dies makes the launcher stop the others after the wait timeout. Returns 0 when
+// every worker exited 0, else the first non-zero exit status.
+int launch_local_workers(int num_workers, int argc, char** argv,
+                         const std::vector<std::pair<std::string, std::string>>& extra_env = {});
+// True in a process started by launch_local_workers (or by any launcher that set a rank).
+bool launched_as_worker();
+
+}  // namespace tessera
