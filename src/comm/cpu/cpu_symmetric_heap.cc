@@ -1,0 +1,263 @@
+// CpuSymmetricHeap: one-sided puts, gets and signals between rank threads
+// (see cpu_symmetric_heap.h).
+#include "comm/cpu/cpu_symmetric_heap.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <numeric>
+#include <thread>
+
+#include "tessera/comm/emulation.h"
+#include "tessera/core/error.h"
+#include "tessera/core/params.h"
+
+namespace tessera::cpu {
+
+namespace {
+
+void check_cpu_stream(const Stream& s, const char* op) {
+  TESSERA_CHECK_ARG(s.backend() == Backend::kCpu, op, ": stream is a ", backend_name(s.backend()),
+                    " stream: expected a cpu stream");
+}
+
+bool compare(uint64_t v, WaitCmp cmp, uint64_t value) {
+  switch (cmp) {
+    case WaitCmp::kEq:
+      return v == value;
+    case WaitCmp::kNe:
+      return v != value;
+    case WaitCmp::kGe:
+      return v >= value;
+    case WaitCmp::kGt:
+      return v > value;
+  }
+  return false;
+}
+
+std::vector<int> identity_ranks(int n) {
+  std::vector<int> r(n);
+  std::iota(r.begin(), r.end(), 0);
+  return r;
+}
+
+}  // namespace
+
+CpuHeapShared::CpuHeapShared(const Topology& topology, size_t heap_bytes,
+                             std::shared_ptr<FailureState> failure)
+    : topology_(topology),
+      heap_bytes_(heap_bytes),
+      world_("world", identity_ranks(topology.world_size), std::move(failure)) {
+  TESSERA_CHECK_ARG(heap_bytes > 0, "heap_bytes = 0: expected > 0");
+  for (int r = 0; r < topology.world_size; ++r) {
+    // Reserved, not committed: pages appear as ranks touch them, so eight 1 GiB heaps are cheap.
+    void* p = mmap(nullptr, heap_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      for (std::byte* a : arenas_) munmap(a, heap_bytes_);
+      arenas_.clear();
+      throw_error(ErrorCode::kSystem, str("symmetric heap of rank ", r, ": mmap of heap_bytes = ",
+                                          heap_bytes, " failed (", std::strerror(err),
+                                          "): expected a smaller ContextOptions::heap_bytes"));
+    }
+    arenas_.push_back(static_cast<std::byte*>(p));
+    signals_.push_back(std::make_unique<std::atomic<uint64_t>[]>(kCpuSignalSlots));
+  }
+}
+
+CpuHeapShared::~CpuHeapShared() {
+  for (std::byte* a : arenas_) munmap(a, heap_bytes_);
+}
+
+CpuSymmetricHeap::CpuSymmetricHeap(std::shared_ptr<CpuHeapShared> shared, int rank)
+    : SymmetricHeap(kCpuSignalSlots), shared_(std::move(shared)), rank_(rank) {}
+
+bool CpuSymmetricHeap::crosses_machine(int peer) const {
+  return is_cross_machine(shared_->topology().link(rank_, peer));
+}
+
+std::string CpuSymmetricHeap::transport(int peer) const {
+  TESSERA_CHECK_ARG(peer >= 0 && peer < size(), "transport: peer = ", peer, ": expected 0..",
+                    size() - 1);
+  return crosses_machine(peer) ? "cpu+paced" : "cpu";
+}
+
+void CpuSymmetricHeap::check_owned(const SymmetricBuffer& buffer, const char* op) const {
+  const bool inside = buffer.offset <= shared_->heap_bytes() &&
+                      buffer.bytes <= shared_->heap_bytes() - buffer.offset;
+  TESSERA_CHECK_ARG(inside && buffer.local == shared_->arena(rank_) + buffer.offset, op,
+                    ": symmetric buffer (heap offset ", buffer.offset, ", ", buffer.bytes,
+                    " bytes, local ", buffer.local, ") was not allocated from this rank's heap");
+}
+
+void CpuSymmetricHeap::pace(int peer, size_t bytes, CpuWorld::Clock::time_point start) const {
+  if (!crosses_machine(peer)) return;
+  const auto until = start + std::chrono::duration_cast<CpuWorld::Clock::duration>(
+                                 std::chrono::duration<double, std::micro>(
+                                     paced_transfer_us(shared_->topology().cross_link, bytes)));
+  // Sleep while far from the deadline (sleeps overshoot), yield near it.
+  for (auto now = CpuWorld::Clock::now(); now < until; now = CpuWorld::Clock::now()) {
+    if (until - now > std::chrono::microseconds(200)) {
+      std::this_thread::sleep_for(until - now - std::chrono::microseconds(100));
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
+SymmetricBuffer CpuSymmetricHeap::allocate(size_t bytes) {
+  const std::string op = "heap.allocate";
+  const uint64_t seq = ++num_collectives_;
+  Contribution mine;
+  mine.arg0 = int64_t(bytes);
+  mine.arg1 = int64_t(next_offset_);
+  CpuWorld& world = shared_->world();
+  std::shared_ptr<CollectiveSlot> slot = world.arrive(rank_, seq, op, mine);
+  struct Release {
+    CpuWorld& world;
+    uint64_t seq;
+    CollectiveSlot& slot;
+    ~Release() { world.release(seq, slot); }
+  } release{world, seq, *slot};
+  world.finish(rank_, seq, op, *slot, false);
+
+  // Every rank sees every rank's request, so every rank throws the same error.
+  for (int r = 1; r < size(); ++r) {
+    const Contribution& c = slot->contributions[r];
+    const Contribution& first = slot->contributions[0];
+    TESSERA_CHECK_ARG(c.arg0 == first.arg0, op, " #", seq, ": rank 0 allocates ", first.arg0,
+                      " bytes but rank ", r, " allocates ", c.arg0,
+                      ": expected the same bytes on every rank, in the same order");
+    TESSERA_CHECK(c.arg1 == first.arg1, ErrorCode::kInternal, op, " #", seq,
+                  ": heap offsets diverged (rank 0 at ", first.arg1, ", rank ", r, " at ", c.arg1,
+                  ")");
+  }
+  const size_t heap = shared_->heap_bytes();
+  const size_t offset =
+      (next_offset_ + kCpuHeapAlignment - 1) / kCpuHeapAlignment * kCpuHeapAlignment;
+  TESSERA_CHECK_ARG(offset <= heap && bytes <= heap - offset, op, "(", bytes,
+                    " bytes): the symmetric heap of ", heap, " bytes has ",
+                    offset <= heap ? heap - offset : 0,
+                    " bytes free: expected a larger ContextOptions::heap_bytes");
+  next_offset_ = offset + bytes;
+  return SymmetricBuffer{shared_->arena(rank_) + offset, offset, bytes};
+}
+
+void* CpuSymmetricHeap::peer_ptr(const SymmetricBuffer& buffer, int peer) const {
+  TESSERA_CHECK_ARG(peer >= 0 && peer < size(), "peer_ptr: peer = ", peer, ": expected 0..",
+                    size() - 1);
+  check_owned(buffer, "peer_ptr");
+  if (crosses_machine(peer)) return nullptr;
+  return shared_->arena(peer) + buffer.offset;
+}
+
+void CpuSymmetricHeap::put(const SymmetricBuffer& dst, size_t dst_offset, const void* src,
+                           size_t bytes, int peer, const Stream& s) {
+  const auto start = CpuWorld::Clock::now();
+  check_cpu_stream(s, "put");
+  check_put_args(dst, dst_offset, bytes, peer, "put");
+  check_owned(dst, "put");
+  TESSERA_CHECK_ARG(bytes == 0 || src != nullptr, "put of ", bytes, " bytes: src is null");
+  if (bytes > 0) std::memcpy(shared_->arena(peer) + dst.offset + dst_offset, src, bytes);
+  pace(peer, bytes, start);
+}
+
+void CpuSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes,
+                           int peer, const Stream& s) {
+  const auto start = CpuWorld::Clock::now();
+  check_cpu_stream(s, "get");
+  check_put_args(src, src_offset, bytes, peer, "get");
+  check_owned(src, "get");
+  TESSERA_CHECK_ARG(bytes == 0 || dst != nullptr, "get of ", bytes, " bytes: dst is null");
+  if (bytes > 0) std::memcpy(dst, shared_->arena(peer) + src.offset + src_offset, bytes);
+  pace(peer, bytes, start);
+}
+
+void CpuSymmetricHeap::update_signal(int peer, int signal_slot, SignalOp op, uint64_t value) {
+  std::atomic<uint64_t>& word = shared_->signal_word(peer, signal_slot);
+  // Release: whatever this rank wrote before (the put's data) is visible to an acquire reader.
+  if (op == SignalOp::kSet) {
+    word.store(value, std::memory_order_release);
+  } else {
+    word.fetch_add(value, std::memory_order_acq_rel);
+  }
+}
+
+void CpuSymmetricHeap::put_with_signal(const SymmetricBuffer& dst, size_t dst_offset,
+                                       const void* src, size_t bytes, int peer, int signal_slot,
+                                       SignalOp op, uint64_t value, const Stream& s) {
+  check_signal_slot(signal_slot, "put_with_signal");
+  put(dst, dst_offset, src, bytes, peer, s);  // paced: the signal lands after the data
+  update_signal(peer, signal_slot, op, value);
+}
+
+void CpuSymmetricHeap::signal(int peer, int signal_slot, SignalOp op, uint64_t value,
+                              const Stream& s) {
+  const auto start = CpuWorld::Clock::now();
+  check_cpu_stream(s, "signal");
+  TESSERA_CHECK_ARG(peer >= 0 && peer < size(), "signal: peer = ", peer, ": expected 0..",
+                    size() - 1);
+  check_signal_slot(signal_slot, "signal");
+  pace(peer, sizeof(uint64_t), start);
+  update_signal(peer, signal_slot, op, value);
+}
+
+void CpuSymmetricHeap::wait_signal(int signal_slot, WaitCmp cmp, uint64_t value, int from_rank,
+                                   const Stream& s) {
+  check_cpu_stream(s, "wait_signal");
+  check_signal_slot(signal_slot, "wait_signal");
+  TESSERA_CHECK_ARG(from_rank >= -1 && from_rank < size(), "wait_signal: from_rank = ", from_rank,
+                    ": expected -1 (several) or 0..", size() - 1);
+  const std::atomic<uint64_t>& word = shared_->signal_word(rank_, signal_slot);
+  if (compare(word.load(std::memory_order_acquire), cmp, value)) return;
+
+  const auto start = CpuWorld::Clock::now();
+  const auto deadline = start + std::chrono::milliseconds(wait_timeout_ms());
+  const std::string whom = from_rank >= 0 ? str("rank ", from_rank) : std::string("any rank");
+  std::vector<int> awaited;
+  for (int r = 0; r < size(); ++r) {
+    if (r == from_rank || (from_rank < 0 && r != rank_)) awaited.push_back(r);
+  }
+  auto sleep = std::chrono::microseconds(1);
+  for (int round = 0;; ++round) {
+    uint64_t v = word.load(std::memory_order_acquire);
+    if (compare(v, cmp, value)) return;
+    if (round < 64) continue;  // short spin: a peer usually answers within microseconds
+    std::string message;
+    int failed = shared_->world().failure()->first_failed(awaited, &message);
+    if (failed >= 0) {
+      throw_error(ErrorCode::kPeerFailure,
+                  str("rank ", rank_, " stopped waiting in wait_signal(slot ", signal_slot, " ",
+                      wait_cmp_name(cmp), " ", value, ") for ", whom, ": rank ", failed,
+                      " failed: ", message));
+    }
+    if (CpuWorld::Clock::now() >= deadline) {
+      throw_error(ErrorCode::kTimeout,
+                  str("rank ", rank_, " waited ", elapsed_ms(start), " ms in wait_signal(slot ",
+                      signal_slot, " ", wait_cmp_name(cmp), " ", value, ") for ", whom,
+                      ": the slot holds ", v));
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, std::chrono::microseconds(200));
+  }
+}
+
+uint64_t CpuSymmetricHeap::read_signal(int signal_slot) const {
+  check_signal_slot(signal_slot, "read_signal");
+  return shared_->signal_word(rank_, signal_slot).load(std::memory_order_acquire);
+}
+
+void CpuSymmetricHeap::barrier(const Stream& s) {
+  check_cpu_stream(s, "heap.barrier");
+  const std::string op = "heap.barrier";
+  const uint64_t seq = ++num_collectives_;
+  CpuWorld& world = shared_->world();
+  // The rendezvous' mutex orders every rank's prior puts before every rank's return.
+  std::shared_ptr<CollectiveSlot> slot = world.arrive(rank_, seq, op, Contribution{});
+  world.finish(rank_, seq, op, *slot, false);
+  world.release(seq, *slot);
+}
+
+}  // namespace tessera::cpu

@@ -1,0 +1,96 @@
+// CpuSymmetricHeap: the SymmetricHeap of the cpu backend. Each rank owns one host arena of
+// options.heap_bytes (reserved address space, committed as it is touched); allocate() hands
+// out the same offset on every rank, so a peer's copy of a buffer is at
+// arena(peer) + offset. put/get are memcpy into/out of the peer's arena; signals are
+// 64-bit atomics per rank and slot, written with release order after the data and read with
+// acquire order, so a rank that sees a signal also sees the data put before it.
+//
+// Across emulated machines (topology links of class kEmulatedNetwork) transfers are paced to
+// the emulated link: the call returns no earlier than latency + bytes / bandwidth after it
+// started (comm/emulation.h), and peer_ptr() returns nullptr, as real machines cannot load or
+// store each other's memory. wait_signal and barrier are bounded by wait_timeout_ms() and stop
+// early with kPeerFailure when the rank they wait for failed.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/cpu/cpu_world.h"
+#include "tessera/comm/symmetric_heap.h"
+#include "tessera/comm/topology.h"
+
+namespace tessera::cpu {
+
+// Signal slots per rank on the cpu backend.
+constexpr int kCpuSignalSlots = 1024;
+// Alignment of every allocation inside the heap.
+constexpr size_t kCpuHeapAlignment = 256;
+
+// The arenas, signal words and rendezvous all ranks of a cpu run share.
+class CpuHeapShared {
+ public:
+  CpuHeapShared(const Topology& topology, size_t heap_bytes, std::shared_ptr<FailureState> failure);
+  ~CpuHeapShared();
+  CpuHeapShared(const CpuHeapShared&) = delete;
+  CpuHeapShared& operator=(const CpuHeapShared&) = delete;
+
+  int size() const { return topology_.world_size; }
+  size_t heap_bytes() const { return heap_bytes_; }
+  const Topology& topology() const { return topology_; }
+  std::byte* arena(int rank) const { return arenas_[rank]; }
+  std::atomic<uint64_t>& signal_word(int rank, int slot) const { return signals_[rank][slot]; }
+  CpuWorld& world() { return world_; }
+
+ private:
+  Topology topology_;
+  size_t heap_bytes_;
+  std::vector<std::byte*> arenas_;
+  std::vector<std::unique_ptr<std::atomic<uint64_t>[]>> signals_;
+  CpuWorld world_;  // rendezvous of allocate() and barrier(), apart from the communicators'
+};
+
+class CpuSymmetricHeap final : public SymmetricHeap {
+ public:
+  CpuSymmetricHeap(std::shared_ptr<CpuHeapShared> shared, int rank);
+
+  int rank() const override { return rank_; }
+  int size() const override { return shared_->size(); }
+  Backend backend() const override { return Backend::kCpu; }
+  std::string transport(int peer) const override;
+
+  SymmetricBuffer allocate(size_t bytes) override;
+  void* peer_ptr(const SymmetricBuffer& buffer, int peer) const override;
+
+  void put(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes, int peer,
+           const Stream& s) override;
+  void get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes, int peer,
+           const Stream& s) override;
+  void put_with_signal(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes,
+                       int peer, int signal_slot, SignalOp op, uint64_t value,
+                       const Stream& s) override;
+  void signal(int peer, int signal_slot, SignalOp op, uint64_t value, const Stream& s) override;
+  void wait_signal(int signal_slot, WaitCmp cmp, uint64_t value, int from_rank,
+                   const Stream& s) override;
+  uint64_t read_signal(int signal_slot) const override;
+  void barrier(const Stream& s) override;
+  void check_errors() const override {}  // cpu waits throw where they time out
+
+ private:
+  bool crosses_machine(int peer) const;
+  // Checks that `buffer` came from this heap's allocate().
+  void check_owned(const SymmetricBuffer& buffer, const char* op) const;
+  // Returns no earlier than the emulated link would deliver `bytes` sent at `start`.
+  void pace(int peer, size_t bytes, CpuWorld::Clock::time_point start) const;
+  void update_signal(int peer, int signal_slot, SignalOp op, uint64_t value);
+
+  std::shared_ptr<CpuHeapShared> shared_;
+  int rank_;
+  size_t next_offset_ = 0;
+  uint64_t num_collectives_ = 0;
+};
+
+}  // namespace tessera::cpu
