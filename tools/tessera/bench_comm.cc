@@ -307,7 +307,8 @@ class CommBench {
       return wrong;
     };
     std::string transport = heap.transport(ring.to);
-    std::string impl = op == "peer_copy" ? "cudaMemcpyAsync peer" : transport;
+    std::string impl = op != "peer_copy" ? transport
+                       : ctx_.backend == Backend::kCuda ? "cudaMemcpyAsync peer" : "memcpy peer";
     return time_case(op, impl, cross ? "cross" : "intra", link_name(ring.to), used, 1.0, c);
   }
 
@@ -335,8 +336,6 @@ class CommBench {
 
 const std::vector<std::string> kAllOps = {"all_to_all", "all_gather", "reduce_scatter",
                                           "sendrecv", "put", "get", "peer_copy"};
-
-std::string gpu_name(const RankContext& ctx);
 
 int run_bench_comm(const std::vector<std::string>& args, int argc, char** argv) {
   Options opt("bench comm",

@@ -3,6 +3,7 @@
 
 #include "command.h"
 #include "options.h"
+#include "rank_launch.h"
 #include "tessera/comm/context.h"
 #include "tessera/comm/topology.h"
 #include "tessera/core/error.h"
@@ -11,8 +12,6 @@
 #include "tessera/runtime/stream.h"
 
 namespace tessera::cli {
-
-std::string gpu_name(const RankContext& ctx);
 
 namespace {
 

@@ -33,4 +33,7 @@ std::string topology_label(const Topology& topology);
 double max_across_ranks(RankContext& ctx, double value);
 double sum_across_ranks(RankContext& ctx, double value);
 
+// The GPU's name for records ("NVIDIA H200"), or "cpu".
+std::string gpu_name(const RankContext& ctx);
+
 }  // namespace tessera::cli
