@@ -1,0 +1,317 @@
+// CudaSymmetricHeap: allocation, checks, paced routing, bounded waits and the barrier shared by
+// the NVSHMEM and IPC heaps (see cuda_heap.h).
+#include "comm/cuda/cuda_heap.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/cuda/paced_copy.h"
+#include "tessera/core/error.h"
+#include "tessera/core/logging.h"
+#include "tessera/core/params.h"
+#include "tessera/runtime/cuda_check.h"
+
+namespace tessera::cuda_comm {
+
+namespace {
+constexpr size_t kPageBytes = 4096;
+size_t round_up(size_t v, size_t to) {
+  return (v + to - 1) / to * to;
+}
+size_t signal_region_bytes(int world_size) {
+  return round_up(size_t(CudaSymmetricHeap::kNumUserSignalSlots + world_size) * 8, kPageBytes);
+}
+}  // namespace
+
+void agree_on_success(Bootstrap& bootstrap, const std::string& local_error, ErrorCode code,
+                      const std::string& stage) {
+  const std::vector<std::string> errors = bootstrap.allgather_strings(local_error);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (errors[r].empty()) continue;
+    throw_error(code, r == size_t(bootstrap.rank())
+                          ? str(stage, " failed on this rank: ", errors[r])
+                          : str(stage, " failed on rank ", r, ": ", errors[r]));
+  }
+}
+
+CudaSymmetricHeap::CudaSymmetricHeap(Bootstrap& bootstrap, const Topology& topology, int device,
+                                     size_t heap_bytes)
+    : SymmetricHeap(kNumUserSignalSlots),
+      bootstrap_(bootstrap),
+      topology_(topology),
+      rank_(bootstrap.rank()),
+      size_(bootstrap.size()),
+      device_(device),
+      heap_bytes_(round_up(heap_bytes, kPageBytes)),
+      arena_bytes_(arena_bytes_for(heap_bytes, bootstrap.size())),
+      user_begin_(signal_region_bytes(bootstrap.size())),
+      next_offset_(user_begin_) {
+  TESSERA_CHECK_ARG(heap_bytes > 0, "heap_bytes = 0: expected the size of the symmetric heap");
+  TESSERA_CHECK_ARG(topology.world_size == size_, "topology has ", topology.world_size,
+                    " ranks but the bootstrap has ", size_, "; expected the same ranks");
+  TESSERA_CHECK_ARG(int(topology.links.size()) == size_ * size_, "topology.links has ",
+                    topology.links.size(), " entries; expected world_size^2 = ", size_ * size_);
+  timeout_log_ = std::make_unique<WaitTimeoutLog>();
+}
+
+CudaSymmetricHeap::~CudaSymmetricHeap() = default;
+
+size_t CudaSymmetricHeap::arena_bytes_for(size_t heap_bytes, int world_size) {
+  return signal_region_bytes(world_size) + round_up(heap_bytes, kPageBytes);
+}
+
+void CudaSymmetricHeap::attach_arena(void* local_base, std::vector<void*> peer_bases) {
+  TESSERA_CHECK(local_base != nullptr && int(peer_bases.size()) == size_, ErrorCode::kInternal,
+                "attach_arena: local base ", local_base, " and ", peer_bases.size(),
+                " peer bases for ", size_, " ranks");
+  local_base_ = static_cast<unsigned char*>(local_base);
+  peer_bases_.resize(size_);
+  for (int r = 0; r < size_; ++r) peer_bases_[r] = static_cast<unsigned char*>(peer_bases[r]);
+  peer_bases_[rank_] = local_base_;
+  signals_ = reinterpret_cast<uint64_t*>(local_base_);
+  TESSERA_HEAP_CUDA_CHECK(cudaMemset(local_base_, 0, user_begin_));
+  TESSERA_HEAP_CUDA_CHECK(cudaDeviceSynchronize());
+  // No rank may signal another before that rank zeroed its signal words.
+  bootstrap_.barrier();
+}
+
+void CudaSymmetricHeap::fail_cuda(cudaError_t error, const char* what) const {
+  timeout_log_->throw_if_timed_out();
+  throw_error(ErrorCode::kCuda, str("rank ", rank_, ": ", what, " failed in the ", transport_name(),
+                                    " symmetric heap: ", cudaGetErrorString(error)));
+}
+
+cudaStream_t CudaSymmetricHeap::stream_of(const Stream& s, const char* op) const {
+  TESSERA_CHECK_ARG(s.backend() == Backend::kCuda, op, ": stream is a ", backend_name(s.backend()),
+                    " stream; the ", transport_name(),
+                    " heap needs a cuda stream on cuda:", device_);
+  TESSERA_CHECK_ARG(s.device().index == device_, op, ": stream is on ", s.device().to_string(),
+                    "; expected cuda:", device_, " (this rank's GPU)");
+  return static_cast<cudaStream_t>(s.cuda_stream());
+}
+
+bool CudaSymmetricHeap::is_paced(int peer) const {
+  return peer != rank_ && topology_.link(rank_, peer) == LinkClass::kEmulatedNetwork;
+}
+
+std::string CudaSymmetricHeap::transport(int peer) const {
+  TESSERA_CHECK_ARG(peer >= 0 && peer < size_, "transport(peer = ", peer,
+                    "): expected 0 <= peer < ", size_);
+  std::string name = transport_name();
+  if (is_paced(peer)) name += "+paced";
+  return name;
+}
+
+uint64_t CudaSymmetricHeap::latency_ns() const {
+  return uint64_t(std::max(0.0, topology_.cross_link.latency_us) * 1000.0 + 0.5);
+}
+
+SymmetricBuffer CudaSymmetricHeap::allocate(size_t bytes) {
+  // Collective: every rank must ask for the same bytes in the same order, or the offsets (and
+  // every peer address computed from them) would disagree. Checked here, once per allocation.
+  struct Request {
+    uint64_t bytes;
+    uint64_t index;
+  };
+  const Request mine{bytes, uint64_t(num_allocations_)};
+  std::vector<Request> all(size_);
+  bootstrap_.allgather(&mine, all.data(), sizeof(Request));
+  for (int r = 0; r < size_; ++r) {
+    TESSERA_CHECK_ARG(all[r].bytes == mine.bytes && all[r].index == mine.index,
+                      "allocate is collective: allocation #", mine.index, " asks for ", mine.bytes,
+                      " bytes on rank ", rank_, " but rank ", r, " asks for ", all[r].bytes,
+                      " bytes as allocation #", all[r].index,
+                      "; expected the same sizes in the same order on every rank");
+  }
+  const size_t offset = round_up(next_offset_, kAllocationAlignment);
+  TESSERA_CHECK_ARG(offset + bytes <= arena_bytes_, "allocate(bytes = ", bytes, "): the ",
+                    transport_name(), " symmetric heap has ", heap_bytes_, " bytes of which ",
+                    arena_bytes_ - std::min(arena_bytes_, offset),
+                    " are left; expected a larger ContextOptions::heap_bytes");
+  next_offset_ = offset + bytes;
+  ++num_allocations_;
+  SymmetricBuffer buffer;
+  buffer.local = local_base_ + offset;
+  buffer.offset = offset;
+  buffer.bytes = bytes;
+  return buffer;
+}
+
+void CudaSymmetricHeap::check_buffer(const SymmetricBuffer& buffer, const char* op,
+                                     const char* what) const {
+  TESSERA_CHECK_ARG(buffer.offset >= user_begin_ && buffer.offset + buffer.bytes <= arena_bytes_ &&
+                        buffer.local == local_base_ + buffer.offset,
+                    op, ": ", what, " (offset ", buffer.offset, ", ", buffer.bytes,
+                    " bytes, local ", buffer.local,
+                    ") was not allocated by this heap; expected a buffer from allocate()");
+}
+
+unsigned char* CudaSymmetricHeap::require_peer_base(int peer, const char* op) const {
+  unsigned char* base = peer_bases_[peer];
+  TESSERA_CHECK(base != nullptr, ErrorCode::kUnsupported, op, ": rank ", peer,
+                "'s heap is not load/store reachable from rank ", rank_, " (link ",
+                link_class_name(topology_.link(rank_, peer)),
+                "), which the paced transport of emulated machines needs");
+  return base;
+}
+
+void* CudaSymmetricHeap::peer_ptr(const SymmetricBuffer& buffer, int peer) const {
+  TESSERA_CHECK_ARG(peer >= 0 && peer < size_, "peer_ptr(peer = ", peer, "): expected 0 <= peer < ",
+                    size_);
+  check_buffer(buffer, "peer_ptr", "buffer");
+  // Machines cannot load or store each other's memory; a direct pointer across emulated
+  // machines would also bypass the paced link (the cpu backend answers the same).
+  if (is_paced(peer)) return nullptr;
+  unsigned char* base = peer_bases_[peer];
+  return base ? base + buffer.offset : nullptr;
+}
+
+void CudaSymmetricHeap::kernel_signal(int peer, int signal_word, SignalOp op, uint64_t value,
+                                      uint64_t delay_ns, cudaStream_t stream) const {
+  SignalTarget target;
+  target.word = reinterpret_cast<uint64_t*>(require_peer_base(peer, "signal") +
+                                            signal_word_offset(signal_word));
+  target.delay_ns = delay_ns;
+  launch_signal_write(&target, 1, op, value, stream);
+}
+
+void CudaSymmetricHeap::put(const SymmetricBuffer& dst, size_t dst_offset, const void* src,
+                            size_t bytes, int peer, const Stream& s) {
+  check_put_args(dst, dst_offset, bytes, peer, "put");
+  check_buffer(dst, "put", "dst");
+  TESSERA_CHECK_ARG(bytes == 0 || src != nullptr, "put: src is null for ", bytes,
+                    " bytes; expected device memory");
+  cudaStream_t stream = stream_of(s, "put");
+  if (bytes == 0) return;
+  const size_t offset = dst.offset + dst_offset;
+  if (is_paced(peer)) {
+    launch_paced_copy(require_peer_base(peer, "put") + offset, src, bytes, topology_.cross_link,
+                      stream);
+  } else {
+    direct_put(offset, src, bytes, peer, stream);
+  }
+}
+
+void CudaSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes,
+                            int peer, const Stream& s) {
+  check_put_args(src, src_offset, bytes, peer, "get");
+  check_buffer(src, "get", "src");
+  TESSERA_CHECK_ARG(bytes == 0 || dst != nullptr, "get: dst is null for ", bytes,
+                    " bytes; expected device memory");
+  cudaStream_t stream = stream_of(s, "get");
+  if (bytes == 0) return;
+  const size_t offset = src.offset + src_offset;
+  if (is_paced(peer)) {
+    launch_paced_copy(dst, require_peer_base(peer, "get") + offset, bytes, topology_.cross_link,
+                      stream);
+  } else {
+    direct_get(dst, offset, bytes, peer, stream);
+  }
+}
+
+void CudaSymmetricHeap::put_with_signal(const SymmetricBuffer& dst, size_t dst_offset,
+                                        const void* src, size_t bytes, int peer, int signal_slot,
+                                        SignalOp op, uint64_t value, const Stream& s) {
+  check_put_args(dst, dst_offset, bytes, peer, "put_with_signal");
+  check_buffer(dst, "put_with_signal", "dst");
+  check_signal_slot(signal_slot, "put_with_signal");
+  TESSERA_CHECK_ARG(bytes == 0 || src != nullptr, "put_with_signal: src is null for ", bytes,
+                    " bytes; expected device memory");
+  cudaStream_t stream = stream_of(s, "put_with_signal");
+  const size_t offset = dst.offset + dst_offset;
+  if (is_paced(peer)) {
+    unsigned char* base = require_peer_base(peer, "put_with_signal");
+    launch_paced_copy(base + offset, src, bytes, topology_.cross_link, stream);
+    // The copy already spent the latency; an empty put still pays it once.
+    kernel_signal(peer, signal_slot, op, value, bytes == 0 ? latency_ns() : 0, stream);
+  } else {
+    direct_put_with_signal(offset, src, bytes, peer, signal_slot, op, value, stream);
+  }
+}
+
+void CudaSymmetricHeap::signal(int peer, int signal_slot, SignalOp op, uint64_t value,
+                               const Stream& s) {
+  TESSERA_CHECK_ARG(peer >= 0 && peer < size_, "signal(peer = ", peer, "): expected 0 <= peer < ",
+                    size_);
+  check_signal_slot(signal_slot, "signal");
+  cudaStream_t stream = stream_of(s, "signal");
+  if (is_paced(peer)) {
+    kernel_signal(peer, signal_slot, op, value, latency_ns(), stream);
+  } else {
+    flush_puts(stream);
+    direct_signal(peer, signal_slot, op, value, stream);
+  }
+}
+
+void CudaSymmetricHeap::wait_signal(int signal_slot, WaitCmp cmp, uint64_t value, int from_rank,
+                                    const Stream& s) {
+  check_signal_slot(signal_slot, "wait_signal");
+  TESSERA_CHECK_ARG(from_rank >= -1 && from_rank < size_, "wait_signal(from_rank = ", from_rank,
+                    "): expected -1 (several) or 0 <= from_rank < ", size_);
+  TESSERA_CHECK_ARG(int(cmp) <= int(WaitCmp::kGt), "wait_signal(cmp = ", int(cmp),
+                    "): expected kEq, kNe, kGe or kGt");
+  cudaStream_t stream = stream_of(s, "wait_signal");
+  SignalWaitArgs args;
+  args.slots = local_signal_word(signal_slot);
+  args.num_slots = 1;
+  args.cmp = cmp;
+  args.value = value;
+  args.rank = rank_;
+  args.first_slot = signal_slot;
+  args.from_rank = from_rank;
+  args.timeout_ns = uint64_t(std::max<int64_t>(1, wait_timeout_ms())) * 1000000ull;
+  launch_signal_wait(args, *timeout_log_, stream);
+}
+
+uint64_t CudaSymmetricHeap::read_signal(int signal_slot) const {
+  check_signal_slot(signal_slot, "read_signal");
+  uint64_t value = 0;
+  TESSERA_HEAP_CUDA_CHECK(
+      cudaMemcpy(&value, local_signal_word(signal_slot), sizeof(value), cudaMemcpyDefault));
+  return value;
+}
+
+void CudaSymmetricHeap::barrier(const Stream& s) {
+  cudaStream_t stream = stream_of(s, "barrier");
+  const int64_t epoch = ++barrier_epoch_;
+  if (size_ == 1) return;
+  // Every rank stores the epoch it reached into its own word at every peer (kSet: the words
+  // only grow), then waits until every peer's word here reached the epoch. One word per rank
+  // rather than one counter lets a timeout name the rank that did not arrive.
+  std::vector<SignalTarget> paced_targets;
+  flush_puts(stream);
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    if (is_paced(peer)) {
+      SignalTarget t;
+      t.word = reinterpret_cast<uint64_t*>(require_peer_base(peer, "barrier") +
+                                           signal_word_offset(barrier_word(rank_)));
+      t.delay_ns = latency_ns();
+      paced_targets.push_back(t);
+    } else {
+      direct_signal(peer, barrier_word(rank_), SignalOp::kSet, uint64_t(epoch), stream);
+    }
+  }
+  if (!paced_targets.empty()) {
+    launch_signal_write(paced_targets.data(), int(paced_targets.size()), SignalOp::kSet,
+                        uint64_t(epoch), stream);
+  }
+  SignalWaitArgs args;
+  args.slots = local_signal_word(barrier_word(0));
+  args.num_slots = size_;
+  args.skip_index = rank_;
+  args.cmp = WaitCmp::kGe;
+  args.value = uint64_t(epoch);
+  args.rank = rank_;
+  args.first_slot = barrier_word(0);
+  args.from_rank = -1;
+  args.barrier_epoch = epoch;
+  args.timeout_ns = uint64_t(std::max<int64_t>(1, wait_timeout_ms())) * 1000000ull;
+  launch_signal_wait(args, *timeout_log_, stream);
+}
+
+void CudaSymmetricHeap::check_errors() const {
+  timeout_log_->throw_if_timed_out();
+}
+
+}  // namespace tessera::cuda_comm

@@ -1,0 +1,152 @@
+// CudaSymmetricHeap: what the two cuda symmetric heaps (NVSHMEM, CUDA IPC) share.
+//
+// Each rank owns one arena of device memory at the same size on every rank:
+//   [ signal words | user allocations ]
+//   signal words: kNumUserSignalSlots user slots, then one barrier word per rank (the word of
+//                 rank r at a peer holds the last barrier epoch r reached), padded to 4 KiB.
+//   user allocations: a bump allocator; SymmetricBuffer::offset is the offset in the arena, so
+//                 a buffer sits at the same offset on every rank.
+// The derived heap maps the arena (nvshmem_malloc, or cudaMalloc + IPC handles) and moves bytes
+// between ranks of one machine; this class routes traffic to peers in another *emulated*
+// machine through the paced copy (paced_copy.h) and signal kernels with the link's latency,
+// and implements allocation, argument checks, bounded waits and the barrier with Tessera's own
+// kernels (signal_kernels.h), so both heaps report timeouts the same way.
+//
+// Ordering contract: a put (or get) followed by a signal or barrier on the same stream is
+// visible at the peer before the signal. Traffic on different streams is not ordered.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/cuda/signal_kernels.h"
+#include "tessera/comm/bootstrap.h"
+#include "tessera/comm/symmetric_heap.h"
+#include "tessera/comm/topology.h"
+#include "tessera/core/error.h"
+
+namespace tessera::cuda_comm {
+
+class CudaSymmetricHeap : public SymmetricHeap {
+ public:
+  static constexpr int kNumUserSignalSlots = 1024;
+  static constexpr size_t kAllocationAlignment = 256;
+
+  ~CudaSymmetricHeap() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  Backend backend() const override { return Backend::kCuda; }
+  std::string transport(int peer) const override;
+
+  SymmetricBuffer allocate(size_t bytes) override;
+  void* peer_ptr(const SymmetricBuffer& buffer, int peer) const override;
+
+  void put(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes, int peer,
+           const Stream& s) override;
+  void get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes, int peer,
+           const Stream& s) override;
+  void put_with_signal(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes,
+                       int peer, int signal_slot, SignalOp op, uint64_t value,
+                       const Stream& s) override;
+  void signal(int peer, int signal_slot, SignalOp op, uint64_t value, const Stream& s) override;
+  void wait_signal(int signal_slot, WaitCmp cmp, uint64_t value, int from_rank,
+                   const Stream& s) override;
+  uint64_t read_signal(int signal_slot) const override;
+  void barrier(const Stream& s) override;
+  void check_errors() const override;
+
+  int device() const { return device_; }
+  size_t capacity_bytes() const { return heap_bytes_; }
+  // True when traffic to `peer` crosses emulated machines (and so is paced).
+  bool is_paced(int peer) const;
+
+ protected:
+  // `topology` is the (possibly emulated) topology of the bootstrap's ranks; `bootstrap` must
+  // outlive the heap.
+  CudaSymmetricHeap(Bootstrap& bootstrap, const Topology& topology, int device, size_t heap_bytes);
+
+  // Bytes of the arena every rank must allocate for `heap_bytes` of user memory.
+  static size_t arena_bytes_for(size_t heap_bytes, int world_size);
+  size_t arena_bytes() const { return arena_bytes_; }
+
+  // Called by the derived constructor once the arena is mapped: `peer_bases[r]` is rank r's
+  // arena as this GPU can load/store it (nullptr when not reachable; [rank()] = local). Zeroes
+  // the signal words and waits for every rank (bootstrap barrier) so no signal is lost.
+  void attach_arena(void* local_base, std::vector<void*> peer_bases);
+
+  // Transfers between ranks of one machine. Offsets are arena offsets; `signal_word` indexes
+  // the signal words (user slots first, then barrier words).
+  virtual const char* transport_name() const = 0;
+  virtual void direct_put(size_t dst_offset, const void* src, size_t bytes, int peer,
+                          cudaStream_t stream) = 0;
+  virtual void direct_get(void* dst, size_t src_offset, size_t bytes, int peer,
+                          cudaStream_t stream) = 0;
+  virtual void direct_put_with_signal(size_t dst_offset, const void* src, size_t bytes, int peer,
+                                      int signal_word, SignalOp op, uint64_t value,
+                                      cudaStream_t stream) = 0;
+  virtual void direct_signal(int peer, int signal_word, SignalOp op, uint64_t value,
+                             cudaStream_t stream) = 0;
+  // Makes the direct puts enqueued so far on `stream` complete at their targets before later
+  // work on the stream (called before signal() and barrier() signal); a no-op where puts are
+  // plain copies that complete in stream order.
+  virtual void flush_puts(cudaStream_t /*stream*/) {}
+
+  // For derived classes' messages and checks.
+  Bootstrap& bootstrap() const { return bootstrap_; }
+  const Topology& topology() const { return topology_; }
+  unsigned char* local_base() const { return local_base_; }
+  unsigned char* peer_base(int peer) const { return peer_bases_[peer]; }
+  uint64_t* local_signal_word(int signal_word) const { return signals_ + signal_word; }
+  // Byte offset of a signal word in the arena.
+  static size_t signal_word_offset(int signal_word) { return size_t(signal_word) * 8; }
+  int barrier_word(int of_rank) const { return kNumUserSignalSlots + of_rank; }
+  const WaitTimeoutLog& timeout_log() const { return *timeout_log_; }
+  // Throws the recorded device timeout if any, else kCuda for `error` at `what`.
+  [[noreturn]] void fail_cuda(cudaError_t error, const char* what) const;
+  // The cudaStream_t of `s`, checked to be a cuda stream on this heap's device.
+  cudaStream_t stream_of(const Stream& s, const char* op) const;
+  // Writes `value` into `peer`'s signal word through the peer mapping (a kernel), after
+  // `delay_ns`.
+  void kernel_signal(int peer, int signal_word, SignalOp op, uint64_t value, uint64_t delay_ns,
+                     cudaStream_t stream) const;
+
+ private:
+  void check_buffer(const SymmetricBuffer& buffer, const char* op, const char* what) const;
+  unsigned char* require_peer_base(int peer, const char* op) const;
+  uint64_t latency_ns() const;
+
+  Bootstrap& bootstrap_;
+  Topology topology_;
+  int rank_;
+  int size_;
+  int device_;
+  size_t heap_bytes_;
+  size_t arena_bytes_;
+  size_t user_begin_;
+  size_t next_offset_;
+  int num_allocations_ = 0;
+  unsigned char* local_base_ = nullptr;
+  std::vector<unsigned char*> peer_bases_;
+  uint64_t* signals_ = nullptr;
+  int64_t barrier_epoch_ = 0;
+  std::unique_ptr<WaitTimeoutLog> timeout_log_;
+};
+
+// Collective: every rank passes "" on success or its error message. Throws `code` on every
+// rank when any rank failed, naming the first failing rank, its message and `stage`, so ranks
+// never diverge (some continuing into a collective the others left).
+void agree_on_success(Bootstrap& bootstrap, const std::string& local_error, ErrorCode code,
+                      const std::string& stage);
+
+// Checks a CUDA call made by a heap: on failure reports a recorded device timeout first.
+#define TESSERA_HEAP_CUDA_CHECK(expr)                                          \
+  do {                                                                         \
+    cudaError_t tessera_heap_err_ = (expr);                                    \
+    if (tessera_heap_err_ != cudaSuccess) fail_cuda(tessera_heap_err_, #expr); \
+  } while (0)
+
+}  // namespace tessera::cuda_comm

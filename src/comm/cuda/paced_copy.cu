@@ -1,0 +1,178 @@
+// Paced copy kernel (see paced_copy.h for what it computes).
+//
+// Index equations: with C CTAs and slice = ceil(B / C) rounded up to 16 bytes, CTA c copies
+// bytes [c * slice, min(B, (c + 1) * slice)) in pieces of kPieceBytes. Piece [p, q) of CTA c is
+// written no earlier than
+//   t0_c + latency_ns + (q - c * slice) / (bandwidth / C)
+// where t0_c is when CTA c started; the last piece of the largest slice therefore lands no
+// earlier than t0 + latency + slice * C / bandwidth >= t0 + latency + B / bandwidth.
+#include "comm/cuda/paced_copy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "tessera/core/error.h"
+#include "tessera/runtime/cuda_check.h"
+
+namespace tessera::cuda_comm {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kPieceBytes = 16384;  // released at once by one CTA
+constexpr int kMaxCtas = 32;
+constexpr double kCtaGbps = 8.0;  // what one CTA is planned to move (remote reads bound it)
+constexpr size_t kMinSliceBytes = 65536;
+
+struct PacedCopyParams {
+  unsigned char* dst;
+  const unsigned char* src;
+  size_t bytes;
+  size_t slice_bytes;  // per CTA
+  uint64_t latency_ns;
+  double cta_bytes_per_ns;  // 0: no bandwidth pacing
+};
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ void sleep_until(uint64_t deadline_ns) {
+  while (true) {
+    const uint64_t now = global_timer_ns();
+    if (now >= deadline_ns) return;
+    __nanosleep(deadline_ns - now > 2000 ? 1000 : 100);
+  }
+}
+
+// Copies bytes [begin, end) by the block; V is the vector type. dst and src are co-aligned to
+// sizeof(V), so aligning dst + i aligns src + i too.
+template <typename V>
+__device__ __forceinline__ void copy_range(unsigned char* dst, const unsigned char* src,
+                                           size_t begin, size_t end) {
+  constexpr size_t kWidth = sizeof(V);
+  const size_t misalign = reinterpret_cast<uintptr_t>(dst + begin) % kWidth;
+  const size_t aligned_begin = std::min(end, begin + (misalign ? kWidth - misalign : 0));
+  const size_t num_vectors = (end - aligned_begin) / kWidth;
+  const size_t aligned_end = aligned_begin + num_vectors * kWidth;
+  const size_t tid = threadIdx.x;
+  const size_t stride = blockDim.x;
+
+  for (size_t i = begin + tid; i < aligned_begin; i += stride) dst[i] = src[i];
+
+  V* dv = reinterpret_cast<V*>(dst + aligned_begin);
+  const V* sv = reinterpret_cast<const V*>(src + aligned_begin);
+  size_t i = tid;
+  // Four loads in flight per thread before the stores: reads through NVLink have microsecond
+  // latency, so one outstanding load per thread would starve the link.
+  for (; i + 3 * stride < num_vectors; i += 4 * stride) {
+    const V r0 = sv[i];
+    const V r1 = sv[i + stride];
+    const V r2 = sv[i + 2 * stride];
+    const V r3 = sv[i + 3 * stride];
+    dv[i] = r0;
+    dv[i + stride] = r1;
+    dv[i + 2 * stride] = r2;
+    dv[i + 3 * stride] = r3;
+  }
+  for (; i < num_vectors; i += stride) dv[i] = sv[i];
+
+  for (size_t j = aligned_end + tid; j < end; j += stride) dst[j] = src[j];
+}
+
+template <typename V>
+__global__ void __launch_bounds__(kThreads) paced_copy_kernel(PacedCopyParams p) {
+  __shared__ uint64_t start_ns;
+  if (threadIdx.x == 0) start_ns = global_timer_ns();
+  __syncthreads();
+  const size_t begin = size_t(blockIdx.x) * p.slice_bytes;
+  const size_t end = std::min(p.bytes, begin + p.slice_bytes);
+  const bool paced = p.latency_ns > 0 || p.cta_bytes_per_ns > 0;
+  for (size_t piece = begin; piece < end; piece += kPieceBytes) {
+    const size_t piece_end = std::min(end, piece + kPieceBytes);
+    if (paced) {
+      if (threadIdx.x == 0) {
+        uint64_t release = start_ns + p.latency_ns;
+        if (p.cta_bytes_per_ns > 0) {
+          release += uint64_t(ceil(double(piece_end - begin) / p.cta_bytes_per_ns));
+        }
+        sleep_until(release);
+      }
+      __syncthreads();
+    }
+    copy_range<V>(p.dst, p.src, piece, piece_end);
+  }
+  // The data is visible system-wide before any later signal on this stream.
+  __threadfence_system();
+}
+
+int vector_width(const void* dst, const void* src) {
+  const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
+  const uintptr_t s = reinterpret_cast<uintptr_t>(src);
+  for (int width : {16, 8, 4, 2}) {
+    if (d % width == s % width) return width;
+  }
+  return 1;
+}
+
+void launch(void* dst, const void* src, size_t bytes, double bandwidth_gbps, double latency_us,
+            cudaStream_t stream) {
+  if (bytes == 0) return;  // nothing to deliver; a following signal carries the latency
+  const int num_ctas = paced_copy_num_ctas(bytes, bandwidth_gbps);
+  PacedCopyParams p{};
+  p.dst = static_cast<unsigned char*>(dst);
+  p.src = static_cast<const unsigned char*>(src);
+  p.bytes = bytes;
+  p.slice_bytes = std::max<size_t>(16, ((bytes + num_ctas - 1) / num_ctas + 15) / 16 * 16);
+  p.latency_ns = latency_us > 0 ? uint64_t(std::llround(latency_us * 1000.0)) : 0;
+  p.cta_bytes_per_ns = bandwidth_gbps > 0 ? bandwidth_gbps / num_ctas : 0.0;
+  switch (vector_width(dst, src)) {
+    case 16:
+      paced_copy_kernel<uint4><<<num_ctas, kThreads, 0, stream>>>(p);
+      break;
+    case 8:
+      paced_copy_kernel<uint2><<<num_ctas, kThreads, 0, stream>>>(p);
+      break;
+    case 4:
+      paced_copy_kernel<uint32_t><<<num_ctas, kThreads, 0, stream>>>(p);
+      break;
+    case 2:
+      paced_copy_kernel<uint16_t><<<num_ctas, kThreads, 0, stream>>>(p);
+      break;
+    default:
+      paced_copy_kernel<uint8_t><<<num_ctas, kThreads, 0, stream>>>(p);
+      break;
+  }
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+int paced_copy_num_ctas(size_t bytes, double bandwidth_gbps) {
+  int by_size = int(std::min<size_t>(kMaxCtas, std::max<size_t>(1, bytes / kMinSliceBytes)));
+  if (bandwidth_gbps <= 0) return by_size;
+  int by_rate = int(std::ceil(bandwidth_gbps / kCtaGbps));
+  return std::max(1, std::min({by_size, by_rate, kMaxCtas}));
+}
+
+void launch_paced_copy(void* dst, const void* src, size_t bytes, const LinkSpec& link,
+                       cudaStream_t stream) {
+  TESSERA_CHECK_ARG(bytes == 0 || (dst != nullptr && src != nullptr), "paced copy of ", bytes,
+                    " bytes: dst=", dst, ", src=", src, "; expected device pointers");
+  TESSERA_CHECK_ARG(
+      std::isfinite(link.bandwidth_gbps) && std::isfinite(link.latency_us) && link.latency_us >= 0,
+      "emulated link (bandwidth ", link.bandwidth_gbps, " GB/s, latency ", link.latency_us,
+      " us): expected finite values and latency >= 0");
+  launch(dst, src, bytes, link.bandwidth_gbps, link.latency_us, stream);
+}
+
+void launch_peer_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  TESSERA_CHECK_ARG(bytes == 0 || (dst != nullptr && src != nullptr), "peer copy of ", bytes,
+                    " bytes: dst=", dst, ", src=", src, "; expected device pointers");
+  launch(dst, src, bytes, 0.0, 0.0, stream);
+}
+
+}  // namespace tessera::cuda_comm

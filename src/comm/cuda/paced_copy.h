@@ -1,0 +1,35 @@
+// The emulated cross-machine link for one-sided traffic (comm/emulation.h): a copy kernel that
+// reads and writes through peer pointers (a put writes the peer's memory, a get reads it) and
+// paces itself with %globaltimer so that a transfer of B bytes completes no earlier than
+//   latency_us + B / bandwidth          (bandwidth in GB/s = bytes per ns)
+// after the kernel starts. The bytes are split across a few CTAs; CTA c owns a contiguous
+// slice and releases it piece by piece at the slice's share of the bandwidth, so the slowest
+// slice (the largest) finishes at latency + B / bandwidth. Copies use the widest vector (16,
+// 8, 4, 2 or 1 bytes) at which dst and src are co-aligned, with byte-wise heads and tails.
+// The kernel ends with a system fence, so a signal written after it on the same stream (by
+// signal_kernels) is ordered after the data.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "tessera/comm/topology.h"
+
+namespace tessera::cuda_comm {
+
+// Enqueues the paced copy of `bytes` from `src` to `dst` (device or peer-mapped pointers).
+// bytes == 0 enqueues nothing (a signal that follows carries the latency itself).
+// A link with bandwidth_gbps <= 0 is not paced in bandwidth; latency_us still applies.
+void launch_paced_copy(void* dst, const void* src, size_t bytes, const LinkSpec& link,
+                       cudaStream_t stream);
+
+// The same kernel with no pacing: a plain SM copy (used for load/store access through peer
+// pointers, e.g. by tests that check peer_ptr).
+void launch_peer_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream);
+
+// How many CTAs a paced copy of `bytes` at `bandwidth_gbps` uses (few: a spinning CTA still
+// holds SM resources that the overlapped compute would use).
+int paced_copy_num_ctas(size_t bytes, double bandwidth_gbps);
+
+}  // namespace tessera::cuda_comm
