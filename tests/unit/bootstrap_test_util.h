@@ -2,6 +2,7 @@
 // and restores them, and a wait-timeout override for one test.
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <optional>

@@ -26,6 +26,7 @@
 #include "tessera/attn/reference.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
+#include "tessera/core/params.h"
 #include "tessera/runtime/memory.h"
 #include "tessera/runtime/stream.h"
 

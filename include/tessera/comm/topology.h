@@ -4,6 +4,7 @@
 // comm/emulation.h for what is emulated and how).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -1,6 +1,7 @@
 // Buffer: owning device or host memory; Tensor = Buffer + a contiguous view over it.
 #pragma once
 
+#include <cstdint>
 #include <cstddef>
 #include <functional>
 #include <memory>

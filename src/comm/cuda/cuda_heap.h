@@ -16,6 +16,7 @@
 // visible at the peer before the signal. Traffic on different streams is not ordered.
 #pragma once
 
+#include <cstdint>
 #include <cuda_runtime.h>
 
 #include <memory>

@@ -8,6 +8,7 @@
 // Ranks on different hosts: the constructor throws kUnsupported on every rank.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "comm/cuda/cuda_heap.h"

@@ -15,6 +15,7 @@
 // NCCL_HOSTID before the first NCCL call of the process (see the .cc for why).
 #pragma once
 
+#include <cstdint>
 #include <cuda_runtime.h>
 #include <nccl.h>
 

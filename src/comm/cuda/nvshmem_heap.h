@@ -21,6 +21,7 @@
 // NVSHMEM is process-global: one NvshmemHeap per process at a time.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "comm/cuda/cuda_heap.h"
