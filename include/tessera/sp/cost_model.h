@@ -1,0 +1,81 @@
+// The cost model behind the sim executor, Mesh's tile search and `auto`: what a transfer, an
+// attention block and a state pass cost on one GPU. Plain numbers, set from the topology and
+// from measurements (DESIGN.md section 6 gives the H200 figures the defaults start from).
+//
+//   transfer(bytes, link)  = latency(link) + bytes / bandwidth(link)
+//       bandwidth is per GPU and per direction: a GPU's transfers on one link class share it
+//       (the sim queues them), different classes (NVLink, network) run side by side.
+//   attention(block)       = launch + 4 * B * heads * visible_pairs * D / (peak(D) * util)
+//       util = min(1, CTAs / SMs) * kv / (kv + kv_half): small grids and short KV chunks run
+//       below peak (CTAs = B * heads * ceil(q_rows / q_tile)); visible_pairs counts the (q, kv)
+//       pairs the causal mask leaves.
+//   state pass(bytes)      = launch + bytes / hbm  (merge, finalize)
+//   two-sided step         + two_sided_step_us of synchronization, and compute that starts
+//                            while a two-sided transfer of its rank runs is slowed by
+//                            two_sided_compute_slowdown (NCCL kernels hold SMs)
+//   one-sided step         + one_sided_step_us
+//   barrier                = barrier_hops * latency of the slowest link in the group
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "tessera/comm/topology.h"
+#include "tessera/sp/plan.h"
+
+namespace tessera::sp {
+
+struct LinkCost {
+  double bandwidth_gbps = 1.0;  // GB/s (1e9 bytes/s) per GPU and direction
+  double latency_us = 0.0;
+};
+
+struct CostModel {
+  LinkCost self{3000.0, 1.0};   // a copy inside one GPU's memory
+  LinkCost nvlink{300.0, 3.0};  // NVLink/NVSwitch peer traffic (NCCL busbw ~290 GB/s)
+  LinkCost pcie{25.0, 5.0};
+  LinkCost network{50.0, 5.0};  // replaced by the topology's cross link
+  LinkCost emulated_network{50.0, 5.0};
+
+  double attn_tflops_d64 = 430.0;  // peak attention forward, bf16, per head_dim
+  double attn_tflops_d128 = 620.0;
+  double attn_kv_half_rows = 512.0;  // KV length at which a block reaches half of peak
+  int num_sms = 132;
+  int q_tile_rows = 128;
+  double launch_us = 4.0;
+  double hbm_gbps = 3500.0;
+  double two_sided_step_us = 10.0;
+  double one_sided_step_us = 2.0;
+  double two_sided_compute_slowdown = 0.08;
+  double barrier_hops = 2.0;
+
+  const LinkCost& link(LinkClass link) const;
+  LinkCost& link(LinkClass link);
+  // latency + bytes / bandwidth, without queueing.
+  double transfer_us(LinkClass link, int64_t bytes) const;
+  double attention_peak_tflops(int head_dim) const;
+  // One attention call: `q_heads` heads, q_rows x kv_rows of which `visible_pairs` unmasked.
+  double attention_us(const AttentionShape& shape, int q_heads, int64_t q_rows, int64_t kv_rows,
+                      int64_t visible_pairs) const;
+  double state_pass_us(int64_t bytes) const;
+
+  // H200 defaults with the topology's cross-machine link for network classes.
+  static CostModel for_topology(const Topology& topology);
+  // Sets one term by name (calibration, CLI flags): nvlink_gbps, nvlink_us, pcie_gbps,
+  // pcie_us, network_gbps, network_us (both network classes), attn_tflops_d64,
+  // attn_tflops_d128, attn_kv_half_rows, num_sms, q_tile_rows, launch_us, hbm_gbps,
+  // two_sided_step_us, one_sided_step_us, two_sided_compute_slowdown, barrier_hops.
+  // Throws kInvalidArgument naming an unknown key.
+  void set(std::string_view key, double value);
+  // Applies "key=value,key=value" (empty: nothing); throws naming the bad entry.
+  void apply(std::string_view overrides);
+  // Throws kInvalidArgument naming the first non-positive bandwidth or negative time.
+  void validate() const;
+  std::string describe() const;
+};
+
+// (q, kv) pairs with kv_pos <= q_pos (all q.count * kv.count pairs when not causal).
+int64_t visible_pairs(const TokenRun& q, const TokenRun& kv, bool causal);
+
+}  // namespace tessera::sp

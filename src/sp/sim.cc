@@ -1,0 +1,392 @@
+// The sim executor (see sim.h): a discrete-event simulation of a plan on a CostModel.
+// Events are processed in time order; a step starts at the time its last prerequisite ended
+// (the previous step of its stream and its deps), and ends when the cost model and the
+// communication semantics say so.
+#include "tessera/sp/sim.h"
+
+#include <algorithm>
+#include <map>
+#include <queue>
+#include <set>
+
+#include "json_writer.h"
+#include "tessera/core/error.h"
+
+namespace tessera::sp {
+
+double SimResult::exposed_us() const {
+  double worst = 0.0;
+  for (size_t r = 0; r < rank_end_us.size(); ++r) {
+    worst = std::max(worst, rank_end_us[r] - compute_us[r]);
+  }
+  return worst;
+}
+
+std::string SimResult::to_json() const {
+  detail::JsonWriter w;
+  w.begin_object().member("total_us", total_us).member("exposed_us", exposed_us());
+  w.key("rank_end_us").begin_array();
+  for (double v : rank_end_us) w.value(v);
+  w.end_array().key("compute_us").begin_array();
+  for (double v : compute_us) w.value(v);
+  w.end_array().key("bytes_in").begin_array();
+  for (int64_t v : bytes_in) w.value(v);
+  w.end_array().key("timeline").begin_array();
+  for (const SimStepTime& t : timeline) {
+    w.begin_array().value(t.rank).value(t.step).value(t.start_us).value(t.end_us).end_array();
+  }
+  w.end_array().end_object();
+  return w.str();
+}
+
+Topology synthetic_topology(int machines, int gpus_per_machine, const LinkSpec& cross) {
+  TESSERA_CHECK_ARG(machines >= 1, "machines = ", machines, ": expected >= 1");
+  TESSERA_CHECK_ARG(gpus_per_machine >= 1, "gpus_per_machine = ", gpus_per_machine,
+                    ": expected >= 1");
+  Topology t;
+  t.world_size = machines * gpus_per_machine;
+  t.cross_link = cross;
+  for (int r = 0; r < t.world_size; ++r) {
+    t.machine_of_rank.push_back(r / gpus_per_machine);
+    t.local_rank.push_back(r % gpus_per_machine);
+    t.host_name.push_back(str("machine", r / gpus_per_machine));
+    t.device_of_rank.push_back(r % gpus_per_machine);
+  }
+  t.links.resize(size_t(t.world_size) * t.world_size);
+  for (int a = 0; a < t.world_size; ++a) {
+    for (int b = 0; b < t.world_size; ++b) {
+      t.links[size_t(a) * t.world_size + b] =
+          a == b ? LinkClass::kSelf
+                 : (a / gpus_per_machine == b / gpus_per_machine ? LinkClass::kNVLink
+                                                                 : LinkClass::kNetwork);
+    }
+  }
+  return t;
+}
+
+namespace {
+
+constexpr int kNumLinkClasses = 5;
+
+struct StepRef {
+  int rank;
+  int index;
+  bool operator<(const StepRef& o) const {
+    return std::tie(rank, index) < std::tie(o.rank, o.index);
+  }
+};
+
+struct StepSim {
+  bool started = false;
+  bool ended = false;
+  double start = 0.0;
+  double end = 0.0;
+  int pending = 0;         // transfers not yet launched (sendrecv, alltoall)
+  double data_done = 0.0;  // latest transfer completion among launched ones
+};
+
+struct Event {
+  double time;
+  int64_t seq;
+  StepRef step;  // the step that ends
+  bool operator>(const Event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
+};
+
+class Simulator {
+ public:
+  Simulator(const Plan& plan, const CostModel& model) : plan_(plan), model_(model) {}
+
+  SimResult run() {
+    model_.validate();
+    const int P = plan_.world_size;
+    const int S = plan_.num_streams;
+    TESSERA_CHECK_ARG(int(plan_.ranks.size()) == P, "plan has ", plan_.ranks.size(),
+                      " rank programs for world_size ", P);
+    steps_.resize(P);
+    streams_.assign(P, std::vector<std::vector<int>>(S));
+    pos_.assign(P, std::vector<size_t>(S, 0));
+    dependents_.resize(P);
+    egress_.assign(P, std::vector<double>(kNumLinkClasses, 0.0));
+    ingress_.assign(P, std::vector<double>(kNumLinkClasses, 0.0));
+    two_sided_in_flight_.assign(P, 0);
+    for (int r = 0; r < P; ++r) {
+      const RankPlan& rp = plan_.ranks[r];
+      steps_[r].resize(rp.steps.size());
+      dependents_[r].resize(rp.steps.size());
+      for (int i = 0; i < int(rp.steps.size()); ++i) {
+        const Step& s = rp.steps[i];
+        TESSERA_CHECK_ARG(s.stream >= 0 && s.stream < S, "rank ", r, " step ", i, ": stream ",
+                          s.stream, " outside 0..", S - 1);
+        streams_[r][s.stream].push_back(i);
+        for (int d : s.deps) dependents_[r][d].push_back(i);
+        for (const Transfer& t : s.transfers) {
+          if (s.kind == StepKind::kSendRecv || s.kind == StepKind::kAllToAll) {
+            (t.src_rank == r ? senders_ : receivers_)[t.id] = {r, i};
+          }
+        }
+        if (s.kind == StepKind::kAllToAll || s.kind == StepKind::kBarrier) {
+          const auto key = std::make_pair(s.group, seen_[r][std::make_pair(s.kind, s.group)]++);
+          instances_[std::make_pair(s.kind, key)].push_back({r, i});
+          instance_of_[{r, i}] = std::make_pair(s.kind, key);
+        }
+        if (s.kind == StepKind::kPut && s.signal_id >= 0) {
+          std::set<int> dsts;
+          for (const Transfer& t : s.transfers) dsts.insert(t.dst_rank);
+          for (int d : dsts) ++raises_total_[{d, s.signal_id}];
+        }
+        if (s.kind == StepKind::kSignal) ++raises_total_[{s.signal_rank, s.signal_id}];
+      }
+    }
+    for (const auto& [id, step] : senders_) {
+      TESSERA_CHECK_ARG(receivers_.count(id), "simulate: two-sided transfer ", id, " of rank ",
+                        step.rank, " step ", step.index, " has no receiving step");
+    }
+    for (const auto& [id, step] : receivers_) {
+      TESSERA_CHECK_ARG(senders_.count(id), "simulate: two-sided transfer ", id, " of rank ",
+                        step.rank, " step ", step.index, " has no sending step");
+    }
+    for (const auto& [key, members] : instances_) {
+      TESSERA_CHECK_ARG(members.size() == key.second.first.size(),
+                        "simulate: ", step_kind_name(key.first), " #", key.second.second,
+                        " on rank ", members[0].rank, " is run by ", members.size(), " of its ",
+                        key.second.first.size(), " members");
+    }
+    for (int r = 0; r < P; ++r) {
+      for (int s = 0; s < S; ++s) try_start_head(r, s, 0.0);
+    }
+    while (!events_.empty()) {
+      const Event e = events_.top();
+      events_.pop();
+      end_step(e.step, e.time);
+    }
+    SimResult result;
+    result.rank_end_us.assign(P, 0.0);
+    result.compute_us.assign(P, 0.0);
+    result.bytes_in.assign(P, 0);
+    for (int r = 0; r < P; ++r) {
+      result.bytes_in[r] = bytes_received(plan_, r);
+      for (int i = 0; i < int(steps_[r].size()); ++i) {
+        const StepSim& st = steps_[r][i];
+        if (!st.ended) {
+          throw_error(ErrorCode::kInvalidArgument,
+                      str("simulate: rank ", r, " step ", i, " (",
+                          step_kind_name(plan_.ranks[r].steps[i].kind),
+                          ") never completes: the plan deadlocks (validate it)"));
+        }
+        result.timeline.push_back({r, i, st.start, st.end});
+        result.rank_end_us[r] = std::max(result.rank_end_us[r], st.end);
+        if (plan_.ranks[r].steps[i].stream == kComputeStream) {
+          result.compute_us[r] += st.end - st.start;
+        }
+      }
+      result.total_us = std::max(result.total_us, result.rank_end_us[r]);
+    }
+    return result;
+  }
+
+ private:
+  const Step& step_of(StepRef s) const { return plan_.ranks[s.rank].steps[s.index]; }
+
+  void schedule_end(StepRef s, double time) { events_.push({time, seq_++, s}); }
+
+  void try_start_head(int r, int stream, double now) {
+    const auto& order = streams_[r][stream];
+    const size_t pos = pos_[r][stream];
+    if (pos >= order.size()) return;
+    const int i = order[pos];
+    StepSim& st = steps_[r][i];
+    if (st.started) return;
+    if (pos > 0 && !steps_[r][order[pos - 1]].ended) return;
+    for (int d : plan_.ranks[r].steps[i].deps) {
+      if (!steps_[r][d].ended) return;
+    }
+    start_step({r, i}, now);
+  }
+
+  double compute_duration(int r, const Step& s) const {
+    const AttentionShape& shape = plan_.shape;
+    switch (s.kind) {
+      case StepKind::kCompute: {
+        const ComputeSpec& c = s.compute;
+        int64_t kv_rows = 0;
+        int64_t pairs = 0;
+        for (const AttnOperand& kv : c.kv) {
+          kv_rows += kv.positions.count;
+          pairs += visible_pairs(c.q.positions, kv.positions, c.causal);
+        }
+        double t = model_.attention_us(shape, c.q.ref.region.head_count, c.q.positions.count,
+                                       kv_rows, pairs);
+        if (two_sided_in_flight_[r] > 0) t *= 1.0 + model_.two_sided_compute_slowdown;
+        return t;
+      }
+      case StepKind::kMerge:
+        return model_.state_pass_us((s.overwrite ? 2 : 3) *
+                                    region_bytes(shape, SlotKind::kPartial, s.src.region));
+      case StepKind::kFinalize:
+        return model_.state_pass_us(region_bytes(shape, SlotKind::kPartial, s.src.region) +
+                                    region_bytes(shape, SlotKind::kO, s.dst.region));
+      default:
+        return 0.0;
+    }
+  }
+
+  // Moves transfer t once both ends are ready at `now`; returns when its data has landed.
+  double launch(const Transfer& t, double now) {
+    const int cls = int(t.link);
+    const LinkCost& c = model_.link(t.link);
+    const double begin = std::max({now, egress_[t.src_rank][cls], ingress_[t.dst_rank][cls]});
+    const double data_end = begin + double(t.bytes) / (c.bandwidth_gbps * 1e3);
+    egress_[t.src_rank][cls] = data_end;
+    ingress_[t.dst_rank][cls] = data_end;
+    return data_end + c.latency_us;
+  }
+
+  void start_step(StepRef s, double now) {
+    const Step& step = step_of(s);
+    StepSim& st = steps_[s.rank][s.index];
+    st.started = true;
+    st.start = now;
+    switch (step.kind) {
+      case StepKind::kCompute:
+      case StepKind::kMerge:
+      case StepKind::kFinalize:
+        schedule_end(s, now + compute_duration(s.rank, step));
+        break;
+      case StepKind::kSendRecv: {
+        ++two_sided_in_flight_[s.rank];
+        st.pending = int(step.transfers.size());
+        for (const Transfer& t : step.transfers) {
+          const StepRef other = t.src_rank == s.rank ? receivers_.at(t.id) : senders_.at(t.id);
+          if (!steps_[other.rank][other.index].started) continue;
+          const double done = launch(t, now);
+          for (StepRef x : {s, other}) {
+            StepSim& xs = steps_[x.rank][x.index];
+            xs.data_done = std::max(xs.data_done, done);
+            if (--xs.pending == 0) {
+              schedule_end(x, std::max(xs.data_done, xs.start) + model_.two_sided_step_us);
+            }
+          }
+        }
+        if (step.transfers.empty()) schedule_end(s, now);
+        break;
+      }
+      case StepKind::kAllToAll:
+      case StepKind::kBarrier: {
+        if (step.kind == StepKind::kAllToAll) ++two_sided_in_flight_[s.rank];
+        const auto& members = instances_.at(instance_of_.at(s));
+        for (const StepRef& m : members) {
+          if (!steps_[m.rank][m.index].started) return;
+        }
+        // Everyone has arrived.
+        if (step.kind == StepKind::kBarrier) {
+          double worst = 0.0;
+          for (const StepRef& a : members) {
+            for (const StepRef& b : members) {
+              worst = std::max(
+                  worst,
+                  model_.link(plan_.links[size_t(a.rank) * plan_.world_size + b.rank]).latency_us);
+            }
+          }
+          for (const StepRef& m : members) schedule_end(m, now + model_.barrier_hops * worst);
+          break;
+        }
+        std::map<StepRef, double> done;
+        for (const StepRef& m : members) done[m] = now;
+        for (const StepRef& m : members) {
+          for (const Transfer& t : step_of(m).transfers) {
+            if (t.src_rank != m.rank) continue;
+            const double d = launch(t, now);
+            done[m] = std::max(done[m], d);
+            const StepRef dst = receivers_.at(t.id);
+            done[dst] = std::max(done[dst], d);
+          }
+        }
+        for (const StepRef& m : members) schedule_end(m, done[m] + model_.two_sided_step_us);
+        break;
+      }
+      case StepKind::kPut:
+      case StepKind::kGet: {
+        double done = now;
+        for (const Transfer& t : step.transfers) done = std::max(done, launch(t, now));
+        schedule_end(s, done + model_.one_sided_step_us);
+        break;
+      }
+      case StepKind::kSignal: {
+        const LinkClass l = plan_.links[size_t(s.rank) * plan_.world_size + step.signal_rank];
+        schedule_end(s, now + model_.link(l).latency_us);
+        break;
+      }
+      case StepKind::kWait: {
+        const auto key = std::make_pair(s.rank, step.signal_id);
+        if (raised_[key] >= step.signal_value) {
+          schedule_end(s, std::max(now, raise_time_[key]));
+        } else {
+          waiting_[key] = s;
+        }
+        break;
+      }
+    }
+  }
+
+  void raise(int rank, int signal, double time) {
+    const auto key = std::make_pair(rank, signal);
+    ++raised_[key];
+    raise_time_[key] = std::max(raise_time_[key], time);
+    auto it = waiting_.find(key);
+    if (it != waiting_.end() && raised_[key] >= step_of(it->second).signal_value) {
+      schedule_end(it->second, time);
+      waiting_.erase(it);
+    }
+  }
+
+  void end_step(StepRef s, double time) {
+    StepSim& st = steps_[s.rank][s.index];
+    if (st.ended) return;
+    st.ended = true;
+    st.end = time;
+    const Step& step = step_of(s);
+    if (step.kind == StepKind::kSendRecv || step.kind == StepKind::kAllToAll) {
+      --two_sided_in_flight_[s.rank];
+    }
+    if (step.kind == StepKind::kPut && step.signal_id >= 0) {
+      std::set<int> dsts;
+      for (const Transfer& t : step.transfers) dsts.insert(t.dst_rank);
+      for (int d : dsts) raise(d, step.signal_id, time);
+    }
+    if (step.kind == StepKind::kSignal) raise(step.signal_rank, step.signal_id, time);
+    // The stream moves on; dependents may start.
+    ++pos_[s.rank][step.stream];
+    try_start_head(s.rank, step.stream, time);
+    for (int d : dependents_[s.rank][s.index]) {
+      try_start_head(s.rank, plan_.ranks[s.rank].steps[d].stream, time);
+    }
+  }
+
+  using InstanceKey = std::pair<StepKind, std::pair<std::vector<int>, int>>;
+
+  const Plan& plan_;
+  const CostModel& model_;
+  std::vector<std::vector<StepSim>> steps_;
+  std::vector<std::vector<std::vector<int>>> streams_;
+  std::vector<std::vector<size_t>> pos_;
+  std::vector<std::vector<std::vector<int>>> dependents_;
+  std::vector<std::vector<double>> egress_, ingress_;
+  std::vector<int> two_sided_in_flight_;
+  std::map<int, StepRef> senders_, receivers_;
+  std::map<int, std::map<std::pair<StepKind, std::vector<int>>, int>> seen_;
+  std::map<InstanceKey, std::vector<StepRef>> instances_;
+  std::map<StepRef, InstanceKey> instance_of_;
+  std::map<std::pair<int, int>, int> raises_total_, raised_;
+  std::map<std::pair<int, int>, double> raise_time_;
+  std::map<std::pair<int, int>, StepRef> waiting_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  int64_t seq_ = 0;
+};
+
+}  // namespace
+
+SimResult simulate(const Plan& plan, const CostModel& model) {
+  return Simulator(plan, model).run();
+}
+
+}  // namespace tessera::sp

@@ -1,0 +1,245 @@
+// The sim executor and `auto`: simulated times are plausible (a single rank is its attention
+// time, compute-bound plans are the compute, communication-bound plans at least bytes over
+// bandwidth), monotone (more bandwidth or faster attention is never slower), and auto picks
+// the candidate the cost model says is fastest and explains why.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "tessera/core/error.h"
+#include "tessera/sp/sim.h"
+#include "tessera/sp/validator.h"
+#include "unit/sp_test_util.h"
+
+namespace tessera::sp {
+namespace {
+
+using testing::gpu_topology;
+using testing::request;
+
+TEST(SpSim, CostModelTerms) {
+  CostModel m;
+  EXPECT_DOUBLE_EQ(m.transfer_us(LinkClass::kNVLink, 0), m.nvlink.latency_us);
+  // 300 MB at 300 GB/s: 1 ms.
+  EXPECT_NEAR(m.transfer_us(LinkClass::kNVLink, 300'000'000), m.nvlink.latency_us + 1000.0, 1e-6);
+  AttentionShape s;
+  s.batch = 1;
+  s.heads = 24;
+  s.kv_heads = 24;
+  s.head_dim = 128;
+  // A large block runs near peak: 4 * 24 * 8192^2 * 128 flop at 620 TFLOP/s ~ 1330 us.
+  const double at_peak = 4.0 * 24 * 8192.0 * 8192.0 * 128 / 620e6;
+  const double big = m.attention_us(s, 24, 8192, 8192, 8192LL * 8192);
+  EXPECT_GT(big, at_peak);
+  EXPECT_LT(big, at_peak * 1.1);
+  // Small blocks run below peak: 64x smaller work takes more than 1/64 of the time.
+  const double small = m.attention_us(s, 24, 1024, 1024, 1024LL * 1024);
+  EXPECT_GT(small, big / 64);
+  EXPECT_EQ(visible_pairs({0, 1, 4}, {0, 1, 4}, true), 10);
+  EXPECT_EQ(visible_pairs({4, 1, 4}, {0, 1, 4}, true), 16);
+  EXPECT_EQ(visible_pairs({0, 2, 3}, {1, 2, 3}, true), 3);  // q 0 2 4, kv 1 3 5
+  EXPECT_EQ(visible_pairs({0, 1, 3}, {5, 1, 2}, false), 6);
+  m.nvlink.bandwidth_gbps = 0;
+  EXPECT_THROW(m.validate(), Error);
+  CostModel c;
+  c.apply("network_gbps=12.5, attn_tflops_d128=700,num_sms=78");
+  EXPECT_DOUBLE_EQ(c.network.bandwidth_gbps, 12.5);
+  EXPECT_DOUBLE_EQ(c.emulated_network.bandwidth_gbps, 12.5);
+  EXPECT_DOUBLE_EQ(c.attn_tflops_d128, 700);
+  EXPECT_EQ(c.num_sms, 78);
+  try {
+    c.apply("nvlink_gbs=1");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nvlink_gbs"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(c.apply("nvlink_gbps=fast"), Error);
+  EXPECT_THROW(c.apply("nvlink_gbps=-1"), Error);
+}
+
+TEST(SpSim, VisiblePairsMatchesCounting) {
+  // The closed form against counting, over runs of every start, stride and length up to 12.
+  int checked = 0;
+  for (int64_t qs = 0; qs < 12; qs += 3) {
+    for (int64_t qd = 1; qd <= 4; ++qd) {
+      for (int64_t qn = 0; qn <= 12; qn += 4) {
+        for (int64_t ks = 0; ks < 12; ks += 2) {
+          for (int64_t kd = 1; kd <= 5; kd += 2) {
+            for (int64_t kn = 1; kn <= 9; kn += 4) {
+              const TokenRun q{qs, qd, qn};
+              const TokenRun k{ks, kd, kn};
+              int64_t count = 0;
+              for (int64_t i = 0; i < qn; ++i) {
+                for (int64_t j = 0; j < kn; ++j) count += k.at(j) <= q.at(i);
+              }
+              ASSERT_EQ(visible_pairs(q, k, true), count) << q.to_string() << " " << k.to_string();
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+TEST(SpSim, SingleRankIsItsAttention) {
+  const CostModel m;
+  const PlanRequest req = request(gpu_topology(1, 1), Method::kRing, 4096, 8, 8, false, 0, 128);
+  const Plan plan = plan_ring(req);
+  const SimResult sim = simulate(plan, m);
+  const double attention = m.attention_us(req.shape(), 8, 4096, 4096, 4096LL * 4096);
+  EXPECT_GE(sim.total_us, attention);
+  EXPECT_LT(sim.total_us, attention + 3 * m.launch_us + 10.0);
+  EXPECT_NEAR(sim.exposed_us(), 0.0, 1e-9);
+  ASSERT_EQ(sim.timeline.size(), plan.ranks[0].steps.size());
+  EXPECT_NE(sim.to_json().find("\"timeline\""), std::string::npos);
+}
+
+TEST(SpSim, RingIsComputeBoundOnFastLinksAndBandwidthBoundOnSlowOnes) {
+  const PlanRequest req = request(gpu_topology(1, 4), Method::kRing, 16384, 8, 8, false, 0, 128);
+  const Plan plan = plan_ring(req);
+  CostModel fast;
+  fast.nvlink = {1e6, 0.0};
+  fast.two_sided_step_us = 0.0;
+  fast.two_sided_compute_slowdown = 0.0;
+  const SimResult f = simulate(plan, fast);
+  double compute = 0;
+  for (double c : f.compute_us) compute = std::max(compute, c);
+  EXPECT_LT(f.total_us, compute * 1.02) << "ring on infinitely fast links is its compute";
+  CostModel slow = fast;
+  slow.nvlink = {1.0, 0.0};  // 1 GB/s
+  const SimResult s = simulate(plan, slow);
+  // Every rank receives 3 KV chunks in turn: at least that many bytes at 1 GB/s.
+  const double bound_us = double(bytes_received(plan, 0)) / 1e3;
+  EXPECT_GE(s.total_us, bound_us);
+  EXPECT_LT(s.total_us, bound_us + compute * 1.5);
+}
+
+// Every method on 2 machines x 4 GPUs: more bandwidth (either class) or faster attention
+// never makes a plan slower, and doubling everything's speed halves the time (roughly).
+TEST(SpSim, MonotoneInBandwidthAndCompute) {
+  const Topology topo = gpu_topology(2, 4);
+  for (Method method : {Method::kRing, Method::kUlysses, Method::kUsp, Method::kTas, Method::kTorus,
+                        Method::kMesh}) {
+    for (CommMode comm : {CommMode::kTwoSided, CommMode::kOneSided}) {
+      if (method == Method::kMesh && comm == CommMode::kOneSided) continue;
+      for (bool causal : {false, true}) {
+        PlanRequest req = request(topo, method, 8192, 8, 2, causal, 64, 128);
+        req.options.comm = comm;
+        const CostModel base = CostModel::for_topology(topo);
+        const Plan plan = make_plan(req, base);
+        const double t0 = simulate(plan, base).total_us;
+        EXPECT_GT(t0, 0.0);
+        for (double factor : {1.5, 2.0, 4.0}) {
+          CostModel net = base;
+          net.network.bandwidth_gbps *= factor;
+          CostModel nvl = base;
+          nvl.nvlink.bandwidth_gbps *= factor;
+          CostModel flops = base;
+          flops.attn_tflops_d64 *= factor;
+          flops.attn_tflops_d128 *= factor;
+          const std::string what = str(method_name(method), " ", comm_mode_name(comm),
+                                       causal ? " causal" : "", " x", factor);
+          EXPECT_LE(simulate(plan, net).total_us, t0 * (1 + 1e-9)) << what << " network";
+          EXPECT_LE(simulate(plan, nvl).total_us, t0 * (1 + 1e-9)) << what << " nvlink";
+          EXPECT_LE(simulate(plan, flops).total_us, t0 * (1 + 1e-9)) << what << " attention";
+        }
+      }
+    }
+  }
+}
+
+TEST(SpSim, DeadlockedPlanIsReported) {
+  // Both ranks receive before they send, in separate steps of one stream: a deadlock.
+  Plan plan = plan_ring(request(gpu_topology(1, 2), Method::kRing, 8, 4, 4, false, 0));
+  for (int r = 0; r < 2; ++r) {
+    auto& steps = plan.ranks[r].steps;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].kind != StepKind::kSendRecv) continue;
+      Step send = steps[i];
+      std::erase_if(send.transfers, [&](const Transfer& t) { return t.src_rank != r; });
+      std::erase_if(steps[i].transfers, [&](const Transfer& t) { return t.dst_rank != r; });
+      for (Step& s : steps) {
+        for (int& d : s.deps) d += d > int(i) ? 1 : 0;
+      }
+      send.deps = {int(i)};
+      steps.insert(steps.begin() + i + 1, send);
+      break;
+    }
+  }
+  try {
+    simulate(plan, CostModel());
+    FAIL() << "a deadlocked plan simulated";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlocks"), std::string::npos) << e.what();
+  }
+  // A transfer without its receiving side is refused up front.
+  Plan broken = plan_ring(request(gpu_topology(1, 2), Method::kRing, 8, 4, 4, false, 0));
+  for (Step& s : broken.ranks[1].steps) {
+    if (s.kind == StepKind::kSendRecv)
+      std::erase_if(s.transfers, [](const Transfer& t) { return t.dst_rank == 1; });
+  }
+  EXPECT_THROW(simulate(broken, CostModel()), Error);
+}
+
+TEST(SpSim, SyntheticTopologyLinks) {
+  LinkSpec link;
+  const Topology t = synthetic_topology(2, 3, link);
+  EXPECT_EQ(t.world_size, 6);
+  EXPECT_EQ(t.link(0, 2), LinkClass::kNVLink);
+  EXPECT_EQ(t.link(2, 3), LinkClass::kNetwork);
+  EXPECT_EQ(t.link(4, 4), LinkClass::kSelf);
+  EXPECT_EQ(t.machine_of_rank[5], 1);
+  EXPECT_EQ(t.local_rank[5], 2);
+  EXPECT_THROW(synthetic_topology(0, 2, link), Error);
+}
+
+TEST(SpAuto, PicksTheFastestCandidateAndSaysWhy) {
+  const Topology topo = gpu_topology(4, 2, 6.0, 15.0);
+  const CostModel model = CostModel::for_topology(topo);
+  PlanRequest req = request(topo, Method::kAuto, 16384, 24, 24, false, 128, 128);
+  const AutoChoice choice = plan_auto(req, model);
+  EXPECT_TRUE(validate_plan(choice.plan).ok());
+  ASSERT_FALSE(choice.candidates.empty());
+  ASSERT_TRUE(choice.candidates[0].feasible);
+  const double best = choice.candidates[0].sim_us;
+  EXPECT_NEAR(simulate(choice.plan, model).total_us, best, 1e-6 * best);
+  for (const AutoCandidate& c : choice.candidates) {
+    if (c.feasible) {
+      EXPECT_GE(c.sim_us, best);
+    } else {
+      EXPECT_FALSE(c.reason.empty()) << c.label;
+    }
+  }
+  EXPECT_NE(choice.explanation.find("auto picked"), std::string::npos);
+  EXPECT_NE(choice.explanation.find("cost model"), std::string::npos);
+  EXPECT_NE(choice.explanation.find(choice.candidates[0].label), std::string::npos);
+  // On a slow network the winner moves less across machines than plain ring attention.
+  int64_t ring_cross = -1;
+  for (const AutoCandidate& c : choice.candidates) {
+    if (c.feasible && c.label.rfind("ring two-sided", 0) == 0)
+      ring_cross = c.cross_machine_bytes_in;
+  }
+  ASSERT_GT(ring_cross, 0);
+  EXPECT_LT(choice.candidates[0].cross_machine_bytes_in, ring_cross);
+  // make_plan with method auto returns the same plan.
+  EXPECT_EQ(to_json(make_plan(req, model)).size(), to_json(choice.plan).size());
+}
+
+TEST(SpAuto, ListsInapplicableMethods) {
+  // 6 heads on 8 ranks: Ulysses cannot give every rank a head.
+  const Topology topo = gpu_topology(2, 4);
+  const AutoChoice choice = plan_auto(request(topo, Method::kAuto, 2048, 6, 6, true, 0, 64),
+                                      CostModel::for_topology(topo));
+  bool ulysses_refused = false;
+  for (const AutoCandidate& c : choice.candidates) {
+    ulysses_refused |= c.label.rfind("ulysses", 0) == 0 && !c.feasible &&
+                       c.reason.find("exceeds heads") != std::string::npos;
+  }
+  EXPECT_TRUE(ulysses_refused) << choice.explanation;
+  EXPECT_NE(choice.explanation.find("not applicable"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tessera::sp
