@@ -30,6 +30,14 @@ if has comm; then
     $bin bench comm --heap nvshmem --emulate-nodes 2 --ops all_to_all,all_gather,reduce_scatter,sendrecv,put,get \
       --json "$out/comm_2x$((ngpu / 2))_emulated.json" >>"$out/comm.log" 2>&1 || status=1
   fi
+  # The same binary under the other launchers: torchrun's variables, and mpirun (the tcp
+  # bootstrap through MASTER_ADDR/PORT when this build has no MPI).
+  { echo "--- under torchrun"; torchrun --standalone --nproc_per_node "$ngpu" --no-python $bin bench comm \
+      --ops all_gather,put --max-bytes 1M --iters 3 --warmup 1
+    echo "--- under mpirun"; mpirun --allow-run-as-root --oversubscribe -np "$ngpu" -x MASTER_ADDR=127.0.0.1 \
+      -x MASTER_PORT=29533 -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS $bin bench comm \
+      --ops all_gather,put --max-bytes 1M --iters 3 --warmup 1; } >"$out/launchers.log" 2>&1 || status=1
+  grep -E "^--- |#wrong total" "$out/launchers.log"
   torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_comm.py --json "$out/torch_comm.json" \
     >"$out/torch_comm.log" 2>&1 || status=1
 fi

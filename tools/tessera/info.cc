@@ -39,13 +39,13 @@ int run_info(const std::vector<std::string>& args, int, char**) {
   }
   if (gpus.size() > 1) {
     auto links = detect_local_links(int(gpus.size()));
-    std::printf("\nLinks between GPUs:\n        ");
-    for (size_t j = 0; j < gpus.size(); ++j) std::printf("%-8s", str("cuda:", j).c_str());
+    std::printf("\nLinks between GPUs:\n  %-8s", "");
+    for (size_t j = 0; j < gpus.size(); ++j) std::printf(" %-8s", str("cuda:", j).c_str());
     std::printf("\n");
     for (size_t i = 0; i < gpus.size(); ++i) {
-      std::printf("  cuda:%zu", i);
+      std::printf("  %-8s", str("cuda:", i).c_str());
       for (size_t j = 0; j < gpus.size(); ++j)
-        std::printf("%-8s", links.empty() ? "?" : link_class_name(links[i * gpus.size() + j]));
+        std::printf(" %-8s", links.empty() ? "?" : link_class_name(links[i * gpus.size() + j]));
       std::printf("\n");
     }
   }
