@@ -1,0 +1,93 @@
+// The plain-C++ description of one attention launch, shared by the host glue
+// (src/attn/cuda/attention_cuda.cc, compiled by the host compiler) and the kernel launchers
+// (kernels/attn/inst/*.cu, compiled by nvcc). No CUDA or CuTe types here.
+//
+// A launch computes, for each job (one Q chunk) and each of its KV chunks, attention over the
+// concatenation of the chunks, and either writes the normalized output and lse (forward) or
+// folds the result into an f32 (O, lse) state (accumulate). See attention.h for semantics.
+#pragma once
+
+#include <cstdint>
+
+#include "tessera/attn/attention.h"
+
+namespace tessera::attn::kernels {
+
+enum class ElementType : int { kBF16 = 0, kF16 = 1 };
+
+// A [B, L, H, D] tensor: base pointer and element strides of B, L and H (D's is 1).
+struct Bshd {
+  const void* data = nullptr;
+  int64_t len = 0;  // L
+  int64_t stride_b = 0, stride_l = 0, stride_h = 0;
+};
+
+struct KvLaunchChunk {
+  Bshd k, v;  // same len and strides layout rules; k.len == v.len
+  MaskSpec mask;
+};
+
+struct JobLaunch {
+  Bshd q;
+  void* o = nullptr;  // forward: element type; accumulate: float state
+  int64_t o_stride_b = 0, o_stride_l = 0, o_stride_h = 0;
+  float* lse = nullptr;  // [B, Hq, Lq]; forward may pass nullptr
+  int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_l = 0;
+  int kv_begin = 0, kv_end = 0;  // range in LaunchDesc::kv
+};
+
+struct LaunchDesc {
+  ElementType element = ElementType::kBF16;
+  int head_dim = 0;
+  int64_t batch = 0, heads_q = 0, heads_kv = 0;
+  float softmax_scale = 0;
+  bool accumulate = false;
+  int num_jobs = 0, num_kv = 0;
+  JobLaunch jobs[kMaxJobsPerLaunch];
+  KvLaunchChunk kv[kMaxChunksPerLaunch];
+  void* cuda_stream = nullptr;
+};
+
+using AttentionLaunchFn = void (*)(const LaunchDesc& desc);
+
+// Each kernels/attn/inst/*.cu registers its (element, head dim) launcher at load time; the
+// CMake option TESSERA_KERNEL_FILTER may leave some out, and a missing one is kUnsupported.
+// `variant` is "" for the production configuration; tuning builds (scripts/attn_dev.sh)
+// register named alternatives that the TESSERA_ATTN_KERNEL parameter selects.
+bool register_attention_kernel(ElementType element, int head_dim, AttentionLaunchFn fn,
+                               const char* variant = "");
+AttentionLaunchFn find_attention_kernel(ElementType element, int head_dim, const char* variant = "");
+
+// ---- merge / finalize / init_state (kernels/attn/attention_rows.cu) ----------------------
+
+enum class FloatType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+struct RowTensor {  // [B, L, H, D] of any float type
+  const void* data = nullptr;
+  FloatType type = FloatType::kF32;
+  int64_t stride_b = 0, stride_l = 0, stride_h = 0;
+};
+struct LseTensor {  // f32 [B, H, L]
+  const float* data = nullptr;
+  int64_t stride_b = 0, stride_h = 0, stride_l = 0;
+};
+
+inline constexpr int kMaxMergePartials = 64;
+
+struct MergeDesc {
+  int64_t batch = 0, len = 0, heads = 0, head_dim = 0;
+  int num_partials = 0;
+  RowTensor partial_o[kMaxMergePartials];
+  LseTensor partial_lse[kMaxMergePartials];
+  RowTensor out_o;     // written
+  LseTensor out_lse;   // written unless data == nullptr
+  void* cuda_stream = nullptr;
+};
+
+// out = merge(partials); with zero partials writes O = 0 and lse = -inf.
+void launch_merge_rows(const MergeDesc& desc);
+// o = 0 (f32), lse = -inf.
+void launch_init_state(const RowTensor& o, const LseTensor& lse, int64_t batch, int64_t len,
+                       int64_t heads, int64_t head_dim, void* cuda_stream);
+
+}  // namespace tessera::attn::kernels

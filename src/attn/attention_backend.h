@@ -1,0 +1,33 @@
+// Internal: what attention.cc hands the cuda backend after validating every argument.
+// Implemented in src/attn/cuda/attention_cuda.cc (built only with TESSERA_CUDA=ON).
+#pragma once
+
+#include <span>
+
+#include "tessera/attn/attention.h"
+
+namespace tessera::attn::detail {
+
+// One Q chunk, its output and its KV chunks (all validated, all on the stream's device).
+struct AttentionJob {
+  TensorView q;    // [B, Lq, Hq, D]
+  TensorView o;    // forward: q's dtype; accumulate: the f32 state O
+  TensorView lse;  // f32 [B, Hq, Lq]; may be empty in forward
+  std::span<const KvChunk> kv;
+};
+
+#ifdef TESSERA_WITH_CUDA
+// accumulate=false: o, lse = attention over the job's chunks. accumulate=true: folds them into
+// the state (o, lse). Splits into launches of at most kMaxJobsPerLaunch jobs and
+// kMaxChunksPerLaunch chunks.
+void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float softmax_scale,
+                    const Stream& stream);
+// Checks the cuda-only limits (dtype, head dim, alignment); throws kUnsupported naming `what`.
+void cuda_check_supported(const TensorView& t, const char* what, bool is_qkv);
+void cuda_init_state(const AttnState& state, const Stream& stream);
+// o, lse = merge(partials); lse may be empty. Zero partials write o = 0, lse = -inf.
+void cuda_merge(std::span<const Partial> partials, const TensorView& o, const TensorView& lse,
+                const Stream& stream);
+#endif
+
+}  // namespace tessera::attn::detail

@@ -1,0 +1,266 @@
+// cuda backend of tessera::attn: checks the kernels' limits, groups validated jobs into
+// launches (at most kMaxJobsPerLaunch jobs and kMaxChunksPerLaunch chunks each; a job with
+// more chunks is folded over several launches in stream order), looks up the launcher that
+// kernels/attn/inst/*.cu registered for (dtype, head dim), and calls the row kernels for
+// init_state / merge / finalize. Nothing here allocates device memory or synchronizes.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "attn/attention_backend.h"
+#include "attn/attention_launch.h"
+#include "tessera/core/error.h"
+#include "tessera/core/params.h"
+#include "tessera/runtime/cuda_check.h"
+
+namespace tessera::attn {
+
+namespace kernels {
+
+namespace {
+struct RegisteredKernel {
+  ElementType element;
+  int head_dim;
+  AttentionLaunchFn fn;
+  std::string variant;
+};
+std::vector<RegisteredKernel>& kernel_registry() {
+  static std::vector<RegisteredKernel> r;
+  return r;
+}
+}  // namespace
+
+bool register_attention_kernel(ElementType element, int head_dim, AttentionLaunchFn fn,
+                               const char* variant) {
+  kernel_registry().push_back({element, head_dim, fn, variant});
+  return true;
+}
+
+AttentionLaunchFn find_attention_kernel(ElementType element, int head_dim, const char* variant) {
+  for (const RegisteredKernel& k : kernel_registry())
+    if (k.element == element && k.head_dim == head_dim && k.variant == variant) return k.fn;
+  return nullptr;
+}
+
+}  // namespace kernels
+
+namespace detail {
+
+namespace {
+
+const Param<std::string> kAttnKernelVariant(
+    "TESSERA_ATTN_KERNEL", "",
+    "attention kernel variant to run (tuning builds register named ones; empty: production)");
+
+using kernels::Bshd;
+using kernels::ElementType;
+using kernels::LaunchDesc;
+
+// Makes `stream`'s device current for the scope of a launch.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    TESSERA_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) TESSERA_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    int now = 0;
+    if (cudaGetDevice(&now) == cudaSuccess && now != previous_) cudaSetDevice(previous_);
+  }
+
+ private:
+  int previous_ = 0;
+};
+
+ElementType element_of(DType dtype) {
+  return dtype == DType::kBF16 ? ElementType::kBF16 : ElementType::kF16;
+}
+
+kernels::FloatType float_type_of(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16: return kernels::FloatType::kBF16;
+    case DType::kF16: return kernels::FloatType::kF16;
+    default: return kernels::FloatType::kF32;
+  }
+}
+
+// TMA ignores the stride of a size-1 dimension but still wants it to be a multiple of 16
+// bytes: give such dimensions the head dim as stride.
+int64_t tma_stride(const TensorView& t, int dim) {
+  return t.size(dim) == 1 ? t.size(3) : t.stride(dim);
+}
+
+Bshd to_bshd(const TensorView& t) {
+  return {t.data(), t.size(1), tma_stride(t, 0), tma_stride(t, 1), tma_stride(t, 2)};
+}
+
+kernels::RowTensor to_rows(const TensorView& t) {
+  return {t.data(), float_type_of(t.dtype()), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+kernels::LseTensor to_lse(const TensorView& t) {
+  if (t.empty()) return {};
+  return {t.data_as<const float>(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+}  // namespace
+
+void cuda_check_supported(const TensorView& t, const char* what, bool is_qkv) {
+  if (is_qkv) {
+    TESSERA_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF16, ErrorCode::kUnsupported,
+                  what, " has dtype ", dtype_name(t.dtype()),
+                  ": the cuda attention kernels take bf16 or f16");
+    TESSERA_CHECK(t.size(3) == 64 || t.size(3) == 128, ErrorCode::kUnsupported, what, " = ",
+                  t.to_string(), " has head dim ", t.size(3),
+                  ": the cuda attention kernels take 64 or 128");
+  }
+  const auto address = reinterpret_cast<uintptr_t>(t.data());
+  TESSERA_CHECK(address % 16 == 0, ErrorCode::kUnsupported, what, " = ", t.to_string(),
+                " starts at ", t.data(), ": the cuda attention kernels need 16-byte aligned data");
+  for (int d = 0; d < 3; ++d) {
+    if (t.size(d) == 1) continue;
+    TESSERA_CHECK((t.stride(d) * int64_t(t.element_size())) % 16 == 0, ErrorCode::kUnsupported,
+                  what, " = ", t.to_string(), " has stride ", t.stride(d), " in dim ", d,
+                  ": the cuda attention kernels need strides that are multiples of 16 bytes");
+  }
+}
+
+void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float softmax_scale,
+                    const Stream& stream) {
+  if (jobs.empty()) return;
+  const TensorView& q0 = jobs[0].q;
+  const int64_t batch = q0.size(0), heads_q = q0.size(2), head_dim = q0.size(3);
+  if (batch == 0 || heads_q == 0) return;
+  DeviceScope device_scope(stream.device().index);
+  const ElementType element = element_of(q0.dtype());
+  static const std::string variant = kAttnKernelVariant.get();  // read once: no hot-path allocation
+  kernels::AttentionLaunchFn launch = kernels::find_attention_kernel(element, int(head_dim), variant.c_str());
+  TESSERA_CHECK(launch != nullptr, ErrorCode::kUnsupported, "no cuda attention kernel for ",
+                dtype_name(q0.dtype()), " head dim ", head_dim,
+                variant.empty() ? std::string() : str(" variant '", variant, "'"),
+                " in this build (TESSERA_KERNEL_FILTER left it out?)");
+
+  // Every job's non-empty chunks, cut into pieces of at most kMaxChunksPerLaunch.
+  struct Piece {
+    size_t job;
+    std::vector<const KvChunk*> chunks;
+  };
+  std::vector<std::vector<Piece>> rounds;  // round r: piece r of every job that has one
+  int64_t heads_kv = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const AttentionJob& job = jobs[j];
+    if (job.q.size(1) == 0) continue;
+    std::vector<const KvChunk*> chunks;
+    for (const KvChunk& c : job.kv)
+      if (c.k.size(1) > 0) chunks.push_back(&c);
+    if (chunks.empty()) {
+      if (!accumulate) {  // no key at all: o = 0, lse = -inf
+        kernels::MergeDesc zero;
+        zero.batch = batch;
+        zero.len = job.q.size(1);
+        zero.heads = heads_q;
+        zero.head_dim = head_dim;
+        zero.out_o = to_rows(job.o);
+        zero.out_lse = to_lse(job.lse);
+        zero.cuda_stream = stream.cuda_stream();
+        kernels::launch_merge_rows(zero);
+      }
+      continue;
+    }
+    heads_kv = chunks[0]->k.size(2);
+    const size_t pieces = (chunks.size() + kMaxChunksPerLaunch - 1) / kMaxChunksPerLaunch;
+    TESSERA_CHECK(accumulate || pieces == 1, ErrorCode::kUnsupported, "attn::forward with ",
+                  chunks.size(), " non-empty KV chunks: one launch takes at most ",
+                  kMaxChunksPerLaunch, "; use init_state + accumulate + finalize");
+    for (size_t k = 0; k < pieces; ++k) {
+      if (rounds.size() <= k) rounds.resize(k + 1);
+      Piece piece{j, {}};
+      for (size_t c = k * kMaxChunksPerLaunch; c < std::min(chunks.size(), (k + 1) * kMaxChunksPerLaunch); ++c)
+        piece.chunks.push_back(chunks[c]);
+      rounds[k].push_back(std::move(piece));
+    }
+  }
+
+  LaunchDesc desc;
+  auto reset = [&] {
+    desc.element = element;
+    desc.head_dim = int(head_dim);
+    desc.batch = batch;
+    desc.heads_q = heads_q;
+    desc.heads_kv = heads_kv;
+    desc.softmax_scale = softmax_scale;
+    desc.accumulate = accumulate;
+    desc.num_jobs = 0;
+    desc.num_kv = 0;
+    desc.cuda_stream = stream.cuda_stream();
+  };
+  auto flush = [&] {
+    if (desc.num_jobs > 0) launch(desc);
+    reset();
+  };
+  reset();
+  for (const std::vector<Piece>& round : rounds) {
+    for (const Piece& piece : round) {
+      if (desc.num_jobs == kMaxJobsPerLaunch ||
+          desc.num_kv + int(piece.chunks.size()) > kMaxChunksPerLaunch) {
+        flush();
+      }
+      const AttentionJob& job = jobs[piece.job];
+      kernels::JobLaunch& out = desc.jobs[desc.num_jobs++];
+      out.q = to_bshd(job.q);
+      out.o = job.o.data();
+      out.o_stride_b = job.o.stride(0);
+      out.o_stride_l = job.o.stride(1);
+      out.o_stride_h = job.o.stride(2);
+      out.lse = job.lse.empty() ? nullptr : job.lse.data_as<float>();
+      if (!job.lse.empty()) {
+        out.lse_stride_b = job.lse.stride(0);
+        out.lse_stride_h = job.lse.stride(1);
+        out.lse_stride_l = job.lse.stride(2);
+      }
+      out.kv_begin = desc.num_kv;
+      for (const KvChunk* c : piece.chunks) {
+        kernels::KvLaunchChunk& kv = desc.kv[desc.num_kv++];
+        kv.k = to_bshd(c->k);
+        kv.v = to_bshd(c->v);
+        kv.mask = c->mask;
+      }
+      out.kv_end = desc.num_kv;
+    }
+    flush();  // the next round folds after this one
+  }
+}
+
+void cuda_init_state(const AttnState& state, const Stream& stream) {
+  DeviceScope device_scope(stream.device().index);
+  const TensorView& o = state.o;
+  kernels::launch_init_state(to_rows(o), to_lse(state.lse), o.size(0), o.size(1), o.size(2),
+                             o.size(3), stream.cuda_stream());
+}
+
+void cuda_merge(std::span<const Partial> partials, const TensorView& o, const TensorView& lse,
+                const Stream& stream) {
+  TESSERA_CHECK_ARG(partials.size() <= size_t(kernels::kMaxMergePartials), "merge: ",
+                    partials.size(), " partials: expected at most ", kernels::kMaxMergePartials,
+                    " per call");
+  DeviceScope device_scope(stream.device().index);
+  kernels::MergeDesc desc;
+  desc.batch = o.size(0);
+  desc.len = o.size(1);
+  desc.heads = o.size(2);
+  desc.head_dim = o.size(3);
+  desc.num_partials = int(partials.size());
+  for (size_t k = 0; k < partials.size(); ++k) {
+    desc.partial_o[k] = to_rows(partials[k].o);
+    desc.partial_lse[k] = to_lse(partials[k].lse);
+  }
+  desc.out_o = to_rows(o);
+  desc.out_lse = to_lse(lse);
+  desc.cuda_stream = stream.cuda_stream();
+  kernels::launch_merge_rows(desc);
+}
+
+}  // namespace detail
+}  // namespace tessera::attn

@@ -1,0 +1,810 @@
+// PlanExecutor: runs a sequence-parallel attention plan on the cpu or cuda backend (see
+// executor.h for what it allocates, how it issues and how each step maps to the backends).
+#include "executor.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "tessera/core/error.h"
+#include "tessera/runtime/memory.h"
+
+namespace tessera::sp::detail {
+
+namespace {
+
+constexpr size_t kAlignment = 256;
+
+size_t align_up(size_t n) {
+  return (n + kAlignment - 1) / kAlignment * kAlignment;
+}
+
+bool is_input(SlotBinding b) {
+  return b == SlotBinding::kInputQ || b == SlotBinding::kInputKV || b == SlotBinding::kJointQ ||
+         b == SlotBinding::kJointKV;
+}
+
+// FNV-1a over the plan's JSON: every rank must hold the same plan.
+uint64_t fingerprint(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// The region of a plane's geometry: rows x heads ([B, rows, heads, inner]) or heads x rows
+// (the lse plane [B, heads, rows]).
+Geometry region_of(const Geometry& plane, bool heads_outer, const Region& r) {
+  if (heads_outer)
+    return plane.slice(1, r.head_begin, r.head_count).slice(2, r.row_begin, r.row_count);
+  return plane.slice(1, r.row_begin, r.row_count).slice(2, r.head_begin, r.head_count);
+}
+
+// The geometry of a plane of a slot the executor lays out: the plan's [B, rows, heads, inner]
+// (or [B, heads, rows] for lse), or, for a caller's tensor staged in symmetric memory,
+// head-major: heads outermost, each head a [B, rows, inner] block. Peers put into an output
+// and pull from an input a head subset of a row range; head-major, that is one contiguous run
+// per (head, batch entry) instead of one per row, which matters where a peer is reached only
+// through SymmetricHeap put/get (another machine).
+Geometry plane_geometry(const AttentionShape& shape, const SlotDesc& slot, const SlotPlane& plane,
+                        int64_t byte_offset) {
+  const int64_t es = int64_t(dtype_size(plane.dtype));
+  TESSERA_CHECK(byte_offset % es == 0, ErrorCode::kInternal, "plane '", plane.name, "' of slot '",
+                slot.name, "' at byte ", byte_offset, " is not element-aligned");
+  if (plane.heads_outer) {
+    return Geometry::contiguous(plane.dtype, {shape.batch, slot.heads, slot.rows},
+                                byte_offset / es);
+  }
+  Geometry g = Geometry::contiguous(plane.dtype, {shape.batch, slot.rows, slot.heads, plane.inner},
+                                    byte_offset / es);
+  if (slot.binding != SlotBinding::kWorkspace) {
+    g.stride[0] = slot.rows * plane.inner;
+    g.stride[1] = plane.inner;
+    g.stride[2] = shape.batch * slot.rows * plane.inner;
+  }
+  return g;
+}
+
+// Signal slots of each heap handed to executors: live ranges [begin, end). Every rank creates
+// its executors in the same order, so first fit gives every rank the same slots.
+std::mutex g_signal_mutex;
+std::map<const SymmetricHeap*, std::map<int, int>> g_signal_ranges;
+
+int reserve_signal_slots(const SymmetricHeap& heap, int count) {
+  std::lock_guard<std::mutex> lock(g_signal_mutex);
+  std::map<int, int>& ranges = g_signal_ranges[&heap];
+  int begin = 0;
+  for (const auto& [b, e] : ranges) {
+    if (b - begin >= count) break;
+    begin = std::max(begin, e);
+  }
+  TESSERA_CHECK(begin + count <= heap.num_signal_slots(), ErrorCode::kUnsupported,
+                "sequence-parallel attention needs ", count,
+                " signal slots of the symmetric heap, but only ", heap.num_signal_slots() - begin,
+                " of ", heap.num_signal_slots(), " are free: destroy unused SpAttention objects");
+  ranges[begin] = begin + count;
+  return begin;
+}
+
+void release_signal_slots(const SymmetricHeap& heap, int begin) {
+  std::lock_guard<std::mutex> lock(g_signal_mutex);
+  auto it = g_signal_ranges.find(&heap);
+  if (it == g_signal_ranges.end()) return;
+  it->second.erase(begin);
+  if (it->second.empty()) g_signal_ranges.erase(it);
+}
+
+}  // namespace
+
+// ---- creation --------------------------------------------------------------------------------
+
+PlanExecutor::PlanExecutor(RankContext& ctx, Plan plan, float softmax_scale)
+    : ctx_(ctx), plan_(std::move(plan)), rank_(ctx.rank), softmax_scale_(softmax_scale) {
+  TESSERA_CHECK_ARG(plan_.world_size == ctx.size && int(plan_.ranks.size()) == ctx.size, "plan of ",
+                    plan_.world_size, " ranks on a context of ", ctx.size,
+                    " ranks: expected the same number");
+  TESSERA_CHECK_ARG(ctx.world != nullptr, "context of rank ", ctx.rank,
+                    " has no world communicator");
+  cuda_ = ctx.backend == Backend::kCuda;
+  std::vector<std::vector<ScheduledAction>> order = schedule_plan(plan_);
+  actions_ = std::move(order[rank_]);
+  steps_.resize(plan_.ranks[rank_].steps.size());
+  reserve_signals();
+  check_same_plan_everywhere();
+  bind_memory();
+  create_streams_and_comms();
+  warm_up_connections();
+}
+
+PlanExecutor::~PlanExecutor() = default;
+
+PlanExecutor::SignalReservation::~SignalReservation() {
+  if (heap != nullptr) release_signal_slots(*heap, base);
+}
+
+Device PlanExecutor::device() const {
+  return cuda_ ? ctx_.device : Device::cpu();
+}
+
+void PlanExecutor::reserve_signals() {
+  const RankPlan& mine = plan_.ranks[rank_];
+  int num_plan_signals = 0;
+  for (const RankPlan& rp : plan_.ranks)
+    num_plan_signals = std::max(num_plan_signals, rp.num_signals);
+  // Barrier instances (the k-th barrier of a group), numbered the same way on every rank.
+  std::map<std::pair<std::vector<int>, int>, int> instance_index;
+  std::vector<std::map<int, int>> instance_of_step(plan_.ranks.size());
+  for (int r = 0; r < plan_.world_size; ++r) {
+    std::map<std::vector<int>, int> seen;
+    const auto& steps = plan_.ranks[r].steps;
+    for (int i = 0; i < int(steps.size()); ++i) {
+      const Step& st = steps[i];
+      if (st.kind != StepKind::kBarrier || st.group.size() <= 1) continue;
+      const auto key = std::make_pair(st.group, seen[st.group]++);
+      auto [it, fresh] = instance_index.try_emplace(key, int(instance_index.size()));
+      instance_of_step[r][i] = it->second;
+    }
+  }
+  num_signal_slots_ = num_plan_signals + int(instance_index.size());
+  if (num_signal_slots_ > 0) {
+    TESSERA_CHECK_ARG(ctx_.heap != nullptr, "plan ", plan_.method, " (", comm_mode_name(plan_.comm),
+                      ") uses ", num_signal_slots_,
+                      " signals but the context has no symmetric heap: expected "
+                      "ContextOptions::create_heap = true");
+    signal_base_ = reserve_signal_slots(*ctx_.heap, num_signal_slots_);
+    signal_reservation_.heap = ctx_.heap.get();
+    signal_reservation_.base = signal_base_;
+  }
+  // Who raises each of this rank's signals (for wait messages).
+  std::map<int, std::set<int>> raisers;
+  for (int r = 0; r < plan_.world_size; ++r) {
+    for (const Step& st : plan_.ranks[r].steps) {
+      if (st.kind == StepKind::kSignal && st.signal_rank == rank_) raisers[st.signal_id].insert(r);
+      if (st.kind == StepKind::kPut && st.signal_id >= 0) {
+        for (const Transfer& t : st.transfers) {
+          if (t.dst_rank == rank_) raisers[st.signal_id].insert(r);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < int(mine.steps.size()); ++i) {
+    const Step& st = mine.steps[i];
+    StepState& ss = steps_[i];
+    switch (st.kind) {
+      case StepKind::kPut:
+      case StepKind::kSignal:
+      case StepKind::kWait:
+        if (st.signal_id >= 0) ss.signal_slot = signal_base_ + st.signal_id;
+        if (st.kind == StepKind::kWait) {
+          const std::set<int>& from = raisers[st.signal_id];
+          ss.wait_from = from.size() == 1 ? *from.begin() : -1;
+        }
+        break;
+      case StepKind::kBarrier:
+        if (auto it = instance_of_step[rank_].find(i); it != instance_of_step[rank_].end()) {
+          ss.signal_slot = signal_base_ + num_plan_signals + it->second;
+        }
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void PlanExecutor::check_same_plan_everywhere() {
+  const int P = plan_.world_size;
+  if (P == 1) return;
+  // Notes are for people and may name the rank that wrote them (error texts): leave them out.
+  Plan bare = plan_;
+  bare.notes.clear();
+  const uint64_t mine[2] = {fingerprint(to_json(bare)), uint64_t(int64_t(signal_base_))};
+  Buffer scratch = Buffer::allocate(sizeof(uint64_t) * 2 * size_t(P + 1), ctx_.device);
+  auto* send = static_cast<uint64_t*>(scratch.data());
+  uint64_t* recv = send + 2;
+  const Stream& s = ctx_.stream;
+  copy_bytes(send, mine, sizeof(mine), s);
+  ctx_.world->all_gather(TensorView(send, DType::kU64, ctx_.device, {2}),
+                         TensorView(recv, DType::kU64, ctx_.device, {2 * int64_t(P)}), s);
+  ctx_.world->synchronize(s);
+  std::vector<uint64_t> all(size_t(2 * P));
+  copy_bytes(all.data(), recv, all.size() * sizeof(uint64_t), s);
+  s.synchronize();
+  for (int r = 0; r < P; ++r) {
+    TESSERA_CHECK(all[2 * r] == mine[0], ErrorCode::kInvalidArgument, "rank ", rank_, ": rank ", r,
+                  " planned a different ", plan_.method, " plan (fingerprint ", all[2 * r], " vs ",
+                  mine[0],
+                  "): every rank must create SpAttention with the same request and options");
+    TESSERA_CHECK(all[2 * r + 1] == mine[1], ErrorCode::kInvalidArgument, "rank ", rank_, ": rank ",
+                  r, " got signal slots from ", int64_t(all[2 * r + 1]), " but this rank from ",
+                  int64_t(mine[1]),
+                  ": every rank must create and destroy its SpAttention objects in the same order");
+  }
+}
+
+void PlanExecutor::bind_memory() {
+  const AttentionShape& shape = plan_.shape;
+  const RankPlan& mine = plan_.ranks[rank_];
+  size_t num_slot_ids = 0;
+  for (const RankPlan& rp : plan_.ranks) num_slot_ids = std::max(num_slot_ids, rp.slots.size());
+  // Slots any rank accesses remotely: symmetric, at one offset everywhere.
+  std::vector<bool> remote_any(num_slot_ids, false);
+  for (int r = 0; r < plan_.world_size; ++r) {
+    for (int id : remotely_accessed_slots(plan_, r)) remote_any[id] = true;
+  }
+  std::vector<bool> remote_here(num_slot_ids, false);
+  for (int id : remotely_accessed_slots(plan_, rank_)) remote_here[id] = true;
+  std::vector<size_t> symmetric_offset(num_slot_ids, 0);
+  for (size_t id = 0; id < num_slot_ids; ++id) {
+    if (!remote_any[id]) continue;
+    symmetric_offset[id] = symmetric_bytes_;
+    symmetric_bytes_ = align_up(symmetric_bytes_ + size_t(max_slot_bytes(plan_, int(id))));
+  }
+
+  slots_.resize(mine.slots.size());
+  for (size_t id = 0; id < mine.slots.size(); ++id) {
+    const SlotDesc& desc = mine.slots[id];
+    SlotMemory& m = slots_[id];
+    m.planes = slot_planes(shape, desc);
+    m.bound.resize(m.planes.size());
+    for (size_t p = 0; p < m.planes.size(); ++p) m.bound[p].heads_outer = m.planes[p].heads_outer;
+    if (desc.binding == SlotBinding::kWorkspace) {
+      m.symmetric = remote_any[id];
+    } else {
+      m.staged = remote_here[id];
+      m.symmetric = m.staged;
+    }
+    m.symmetric_offset = symmetric_offset[id];
+    if (desc.binding == SlotBinding::kWorkspace && !m.symmetric) {
+      m.private_offset = private_bytes_;
+      private_bytes_ = align_up(private_bytes_ + size_t(slot_bytes(shape, desc)));
+    }
+  }
+  plan_staging();
+  // Staging areas after the private slots, one per plan stream.
+  const size_t slots_end = private_bytes_;
+  private_bytes_ = slots_end + staging_bytes_;
+  for (size_t& off : staging_offset_) off += slots_end;
+  // Each reserved plane's offset from the private buffer's start.
+  for (int i = 0; i < int(steps_.size()); ++i) {
+    const size_t base = staging_offset_[plan_.ranks[rank_].steps[i].stream];
+    for (PlaneTransfer& x : steps_[i].transfers) {
+      if (x.staging_offset >= 0) x.staging_offset += int64_t(base);
+    }
+  }
+
+  if (private_bytes_ > 0) private_buffer_ = Buffer::allocate(private_bytes_, device());
+  if (symmetric_bytes_ > 0) {
+    TESSERA_CHECK_ARG(ctx_.heap != nullptr, "plan ", plan_.method, " (", comm_mode_name(plan_.comm),
+                      ") accesses ", symmetric_bytes_,
+                      " bytes one-sided but the context has no symmetric heap: expected "
+                      "ContextOptions::create_heap = true");
+    symmetric_ = ctx_.heap->allocate(symmetric_bytes_);  // collective: same bytes everywhere
+  }
+  // Workspace and staged slots have fixed memory; bound ones are set per run.
+  for (size_t id = 0; id < mine.slots.size(); ++id) {
+    SlotMemory& m = slots_[id];
+    const SlotDesc& desc = mine.slots[id];
+    if (desc.binding != SlotBinding::kWorkspace && !m.staged) continue;
+    std::byte* base = m.symmetric
+                          ? static_cast<std::byte*>(symmetric_.local) + m.symmetric_offset
+                          : static_cast<std::byte*>(private_buffer_.data()) + m.private_offset;
+    for (size_t p = 0; p < m.planes.size(); ++p) {
+      m.bound[p].base = base;
+      m.bound[p].geometry = plane_geometry(shape, desc, m.planes[p], m.planes[p].offset_bytes);
+    }
+  }
+}
+
+void PlanExecutor::plan_staging() {
+  const AttentionShape& shape = plan_.shape;
+  const RankPlan& mine = plan_.ranks[rank_];
+  staging_offset_.assign(size_t(plan_.num_streams), 0);
+  std::vector<size_t> need(size_t(plan_.num_streams), 0);
+  for (int i = 0; i < int(mine.steps.size()); ++i) {
+    const Step& step = mine.steps[i];
+    StepState& st = steps_[i];
+    if (!is_comm_step(step.kind)) continue;
+    for (const Transfer& t : step.transfers) {
+      const bool self = t.src_rank == rank_ && t.dst_rank == rank_;
+      // Which side this rank touches: sends and puts read the source, receives and gets
+      // write the destination.
+      bool local_src;
+      if (step.kind == StepKind::kPut) {
+        local_src = true;
+      } else if (step.kind == StepKind::kGet) {
+        local_src = false;
+      } else {
+        local_src = t.src_rank == rank_;
+      }
+      const SlotRef& local = local_src ? t.src : t.dst;
+      const int peer = self ? rank_ : (local_src ? t.dst_rank : t.src_rank);
+      const SlotDesc& desc = mine.slots[local.slot];
+      const std::vector<SlotPlane> planes = slot_planes(shape, desc);
+      for (int p = 0; p < int(planes.size()); ++p) {
+        PlaneTransfer x;
+        x.transfer = &t;
+        x.plane = p;
+        x.local_is_src = local_src;
+        x.peer = peer;
+        st.transfers.push_back(x);
+      }
+    }
+    std::stable_sort(st.transfers.begin(), st.transfers.end(),
+                     [](const PlaneTransfer& a, const PlaneTransfer& b) {
+                       return std::make_pair(a.transfer->id, a.plane) <
+                              std::make_pair(b.transfer->id, b.plane);
+                     });
+    // Staging for every plane that may be strided: a region that is not contiguous in the
+    // slot, or any region of a slot bound to the caller's tensors (their strides are known
+    // only when a run binds them).
+    size_t used = 0;
+    for (PlaneTransfer& x : st.transfers) {
+      if (x.peer == rank_) continue;
+      const SlotRef& local = x.local_is_src ? x.transfer->src : x.transfer->dst;
+      const SlotDesc& desc = mine.slots[local.slot];
+      const SlotMemory& m = slots_[local.slot];
+      const SlotPlane& plane = m.planes[x.plane];
+      const Geometry g = region_of(plane_geometry(shape, desc, plane, plane.offset_bytes),
+                                   plane.heads_outer, local.region);
+      const bool bound_to_caller = desc.binding != SlotBinding::kWorkspace && !m.staged;
+      if (g.numel() == 0 || (!bound_to_caller && g.is_contiguous())) continue;
+      x.staging_offset = int64_t(used);
+      used = align_up(used + g.bytes());
+    }
+    need[step.stream] = std::max(need[step.stream], used);
+  }
+  staging_bytes_ = 0;
+  for (int s = 0; s < plan_.num_streams; ++s) {
+    staging_offset_[s] = staging_bytes_;
+    staging_bytes_ += need[s];
+  }
+}
+
+void PlanExecutor::create_streams_and_comms() {
+  const int S = plan_.num_streams;
+  // A communicator for every stream that carries two-sided steps on any rank (the same on
+  // every rank), split in stream order.
+  std::vector<bool> two_sided(size_t(S), false);
+  for (const RankPlan& rp : plan_.ranks) {
+    for (const Step& st : rp.steps) {
+      if (st.kind == StepKind::kSendRecv || st.kind == StepKind::kAllToAll)
+        two_sided[st.stream] = true;
+    }
+  }
+  comms_.resize(size_t(S));
+  for (int s = 0; s < S; ++s) {
+    if (!two_sided[s] || plan_.world_size == 1) continue;
+    comms_[s] = ctx_.world->split(0, rank_, str("sp.", plan_.method, ".stream", s));
+    TESSERA_CHECK(
+        comms_[s] != nullptr && comms_[s]->size() == plan_.world_size && comms_[s]->rank() == rank_,
+        ErrorCode::kInternal, "split of the world for stream ", s,
+        " did not keep the world's ranks");
+  }
+  // Cross-stream dependencies become events.
+  const RankPlan& mine = plan_.ranks[rank_];
+  for (int i = 0; i < int(mine.steps.size()); ++i) {
+    for (int d : mine.steps[i].deps) {
+      if (mine.steps[d].stream == mine.steps[i].stream) continue;
+      steps_[i].wait_events.push_back(d);
+      steps_[d].record_event = true;
+    }
+  }
+  if (!cuda_) return;
+  streams_.resize(size_t(S));
+  join_events_.resize(size_t(S));
+  const Stream& like = ctx_.stream;
+  for (int s = 1; s < S; ++s) {
+    // Higher priority than compute (CUDA clamps -1 into its range): communication kernels get
+    // SMs as soon as they are ready instead of queueing behind attention blocks.
+    streams_[s] = Stream::create_cuda(ctx_.device.index, -1);
+    join_events_[s] = Event::create(like);
+  }
+  fork_event_ = Event::create(like);
+  step_events_.resize(mine.steps.size());
+  for (int i = 0; i < int(mine.steps.size()); ++i) {
+    if (steps_[i].record_event) step_events_[i] = Event::create(like);
+  }
+}
+
+void PlanExecutor::warm_up_connections() {
+  // NCCL connects a pair of ranks lazily, at their first transfer, and that may block the
+  // host until the peer gets there too. One exchange per communicator now, with every peer
+  // and the largest size of the plan, makes every connection before the first run.
+  if (!cuda_) return;
+  for (int s = 0; s < plan_.num_streams; ++s) {
+    if (!comms_[s]) continue;
+    std::map<int, size_t> send_bytes, recv_bytes;
+    for (const RankPlan& rp : plan_.ranks) {
+      for (const Step& st : rp.steps) {
+        if (st.stream != s || (st.kind != StepKind::kSendRecv && st.kind != StepKind::kAllToAll)) {
+          continue;
+        }
+        for (const Transfer& t : st.transfers) {
+          if (t.src_rank == t.dst_rank) continue;
+          const size_t bytes = size_t(t.bytes);
+          if (t.src_rank == rank_) send_bytes[t.dst_rank] = std::max(send_bytes[t.dst_rank], bytes);
+          if (t.dst_rank == rank_) recv_bytes[t.src_rank] = std::max(recv_bytes[t.src_rank], bytes);
+        }
+      }
+    }
+    size_t total = 0;
+    for (const auto& [peer, b] : send_bytes) total += align_up(b);
+    for (const auto& [peer, b] : recv_bytes) total += align_up(b);
+    if (total == 0) continue;
+    Buffer scratch = Buffer::allocate(total, ctx_.device);
+    auto* base = static_cast<std::byte*>(scratch.data());
+    size_t off = 0;
+    Communicator& comm = *comms_[s];
+    const Stream& stream = streams_[s];
+    comm.group_begin();
+    for (const auto& [peer, b] : send_bytes) {
+      comm.send(TensorView(base + off, DType::kU8, ctx_.device, {int64_t(b)}), peer, stream);
+      off += align_up(b);
+    }
+    for (const auto& [peer, b] : recv_bytes) {
+      comm.recv(TensorView(base + off, DType::kU8, ctx_.device, {int64_t(b)}), peer, stream);
+      off += align_up(b);
+    }
+    comm.group_end();
+    comm.synchronize(stream);
+  }
+}
+
+// ---- binding ---------------------------------------------------------------------------------
+
+void PlanExecutor::bind_run(const RunTensors& io) {
+  const RankPlan& mine = plan_.ranks[rank_];
+  for (size_t id = 0; id < mine.slots.size(); ++id) {
+    const SlotDesc& desc = mine.slots[id];
+    SlotMemory& m = slots_[id];
+    if (desc.binding == SlotBinding::kWorkspace || m.staged) continue;
+    auto bind = [&](int plane, const TensorView& t) {
+      m.bound[plane].base = t.data();
+      m.bound[plane].geometry = Geometry::of(t);
+    };
+    switch (desc.binding) {
+      case SlotBinding::kInputQ:
+        bind(0, io.q);
+        break;
+      case SlotBinding::kInputKV:
+        bind(0, io.k);
+        bind(1, io.v);
+        break;
+      case SlotBinding::kOutput:
+        bind(0, io.o);
+        break;
+      case SlotBinding::kJointQ:
+        bind(0, io.joint_q);
+        break;
+      case SlotBinding::kJointKV:
+        bind(0, io.joint_k);
+        bind(1, io.joint_v);
+        break;
+      case SlotBinding::kJointOutput:
+        bind(0, io.joint_o);
+        break;
+      case SlotBinding::kWorkspace:
+        break;
+    }
+  }
+}
+
+TensorView PlanExecutor::local_view(int slot, int plane, const Region& region) const {
+  const PlaneBinding& b = slots_[slot].bound[plane];
+  return region_of(b.geometry, b.heads_outer, region).view(b.base, device());
+}
+
+Geometry PlanExecutor::remote_geometry(int peer, int slot, int plane, const Region& region) const {
+  const SlotDesc& desc = plan_.ranks[peer].slots[slot];
+  const std::vector<SlotPlane> planes = slot_planes(plan_.shape, desc);
+  const SlotPlane& p = planes[plane];
+  return region_of(
+      plane_geometry(plan_.shape, desc, p, int64_t(slots_[slot].symmetric_offset) + p.offset_bytes),
+      p.heads_outer, region);
+}
+
+TensorView PlanExecutor::staging_view(const PlaneTransfer& x, const Geometry& like) const {
+  TESSERA_CHECK(x.staging_offset >= 0, ErrorCode::kInternal, "rank ", rank_, ": transfer ",
+                x.transfer->id, " plane ", x.plane, " needs packing but has no staging reserved");
+  Geometry g = like;
+  int64_t n = 1;
+  for (int d = g.ndim - 1; d >= 0; --d) {
+    g.stride[d] = n;
+    n *= g.shape[d];
+  }
+  g.offset = 0;
+  return g.view(static_cast<std::byte*>(private_buffer_.data()) + x.staging_offset, device());
+}
+
+const Stream& PlanExecutor::stream_for(int plan_stream, const Stream& caller) const {
+  if (!cuda_ || plan_stream == kComputeStream) return caller;
+  return streams_[plan_stream];
+}
+
+// ---- running ---------------------------------------------------------------------------------
+
+void PlanExecutor::run(const RunTensors& io, const Stream& caller) {
+  bind_run(io);
+  const RankPlan& mine = plan_.ranks[rank_];
+  // Staged inputs: peers read them from symmetric memory.
+  for (size_t id = 0; id < mine.slots.size(); ++id) {
+    const SlotMemory& m = slots_[id];
+    const SlotBinding b = mine.slots[id].binding;
+    if (!m.staged || !is_input(b)) continue;
+    const Region all{0, mine.slots[id].rows, 0, mine.slots[id].heads};
+    const TensorView first = b == SlotBinding::kInputQ    ? io.q
+                             : b == SlotBinding::kInputKV ? io.k
+                             : b == SlotBinding::kJointQ  ? io.joint_q
+                                                          : io.joint_k;
+    copy_strided(local_view(int(id), 0, all), first, caller);
+    if (b == SlotBinding::kInputKV) copy_strided(local_view(int(id), 1, all), io.v, caller);
+    if (b == SlotBinding::kJointKV) copy_strided(local_view(int(id), 1, all), io.joint_v, caller);
+  }
+  if (cuda_) {
+    fork_event_.record(caller);
+    for (int s = 1; s < plan_.num_streams; ++s) fork_event_.wait_on(streams_[s]);
+  }
+  for (const ScheduledAction& a : actions_) {
+    const Stream& s = stream_for(mine.steps[a.step].stream, caller);
+    if (a.end) {
+      end_step(a.step, s);
+    } else {
+      start_step(a.step, s);
+    }
+  }
+  if (cuda_) {
+    for (int s = 1; s < plan_.num_streams; ++s) {
+      join_events_[s].record(streams_[s]);
+      join_events_[s].wait_on(caller);
+    }
+  }
+  // Staged outputs: peers wrote into symmetric memory; the plan's last barrier ordered that.
+  for (size_t id = 0; id < mine.slots.size(); ++id) {
+    const SlotMemory& m = slots_[id];
+    const SlotBinding b = mine.slots[id].binding;
+    if (!m.staged || is_input(b)) continue;
+    const Region all{0, mine.slots[id].rows, 0, mine.slots[id].heads};
+    copy_strided(b == SlotBinding::kOutput ? io.o : io.joint_o, local_view(int(id), 0, all),
+                 caller);
+  }
+}
+
+void PlanExecutor::start_step(int index, const Stream& s) {
+  const Step& step = plan_.ranks[rank_].steps[index];
+  StepState& st = steps_[index];
+  if (cuda_) {
+    for (int d : st.wait_events) step_events_[d].wait_on(s);
+  }
+  switch (step.kind) {
+    case StepKind::kCompute:
+      run_compute(step, st, s);
+      break;
+    case StepKind::kMerge:
+      run_merge(step, s);
+      break;
+    case StepKind::kFinalize:
+      run_finalize(step, s);
+      break;
+    case StepKind::kSendRecv:
+    case StepKind::kAllToAll:
+      post_sends(step, st, s);
+      if (cuda_) receive(step, st, s);
+      break;
+    case StepKind::kPut:
+      run_put(step, st, s);
+      break;
+    case StepKind::kGet:
+      run_get(st, s);
+      break;
+    case StepKind::kSignal:
+      ctx_.heap->signal(step.signal_rank, st.signal_slot, SignalOp::kAdd, 1, s);
+      break;
+    case StepKind::kWait:
+      if (cuda_) signal_wait(step, st, s);
+      break;
+    case StepKind::kBarrier:
+      barrier_arrive(step, st, s);
+      if (cuda_) barrier_leave(step, st, s);
+      break;
+  }
+  if (cuda_ && st.record_event) step_events_[index].record(s);
+}
+
+void PlanExecutor::end_step(int index, const Stream& s) {
+  if (cuda_) return;  // cuda enqueues a whole step at its start
+  const Step& step = plan_.ranks[rank_].steps[index];
+  const StepState& st = steps_[index];
+  switch (step.kind) {
+    case StepKind::kSendRecv:
+    case StepKind::kAllToAll:
+      receive(step, st, s);
+      break;
+    case StepKind::kWait:
+      signal_wait(step, st, s);
+      break;
+    case StepKind::kBarrier:
+      barrier_leave(step, st, s);
+      break;
+    default:
+      break;
+  }
+}
+
+void PlanExecutor::run_compute(const Step& step, StepState& st, const Stream& s) {
+  const ComputeSpec& c = step.compute;
+  const TensorView q = local_view(c.q.ref.slot, 0, c.q.ref.region);
+  const auto stride = [](const TokenRun& run) { return run.count > 1 ? run.stride : int64_t(1); };
+  st.chunks.resize(c.kv.size());
+  for (size_t k = 0; k < c.kv.size(); ++k) {
+    const AttnOperand& kv = c.kv[k];
+    attn::KvChunk& chunk = st.chunks[k];
+    chunk.k = local_view(kv.ref.slot, 0, kv.ref.region);
+    chunk.v = local_view(kv.ref.slot, 1, kv.ref.region);
+    chunk.mask = attn::MaskSpec{c.causal, c.q.positions.start, stride(c.q.positions),
+                                kv.positions.start, stride(kv.positions)};
+  }
+  const attn::AttnState state{local_view(c.state.slot, 0, c.state.region),
+                              local_view(c.state.slot, 1, c.state.region)};
+  if (!c.accumulate) attn::init_state(state, s);
+  if (!st.chunks.empty()) attn::accumulate(q, st.chunks, state, softmax_scale_, s);
+}
+
+void PlanExecutor::run_merge(const Step& step, const Stream& s) {
+  const TensorView dst_o = local_view(step.dst.slot, 0, step.dst.region);
+  const TensorView dst_lse = local_view(step.dst.slot, 1, step.dst.region);
+  const TensorView src_o = local_view(step.src.slot, 0, step.src.region);
+  const TensorView src_lse = local_view(step.src.slot, 1, step.src.region);
+  if (step.overwrite) {
+    copy_strided(dst_o, src_o, s);
+    copy_strided(dst_lse, src_lse, s);
+    return;
+  }
+  const attn::Partial parts[2] = {{dst_o, dst_lse}, {src_o, src_lse}};
+  attn::merge(parts, dst_o, dst_lse, s);
+}
+
+void PlanExecutor::run_finalize(const Step& step, const Stream& s) {
+  const attn::AttnState state{local_view(step.src.slot, 0, step.src.region),
+                              local_view(step.src.slot, 1, step.src.region)};
+  attn::finalize(state, local_view(step.dst.slot, 0, step.dst.region), s);
+}
+
+void PlanExecutor::post_sends(const Step& step, const StepState& st, const Stream& s) {
+  Communicator* comm = comms_[step.stream].get();
+  if (cuda_ && comm) comm->group_begin();
+  for (const PlaneTransfer& x : st.transfers) {
+    const Transfer& t = *x.transfer;
+    if (x.peer == rank_) {  // a transfer to itself is a local copy
+      if (x.local_is_src) {
+        copy_strided(local_view(t.dst.slot, x.plane, t.dst.region),
+                     local_view(t.src.slot, x.plane, t.src.region), s);
+      }
+      continue;
+    }
+    if (!x.local_is_src) continue;
+    TensorView v = local_view(t.src.slot, x.plane, t.src.region);
+    if (v.numel() == 0) continue;
+    if (!v.is_contiguous()) {
+      const TensorView packed = staging_view(x, Geometry::of(v));
+      copy_strided(packed, v, s);
+      v = packed;
+    }
+    comm->send(v, x.peer, s);
+  }
+  // cuda: receive() adds the receives to this group and closes it.
+}
+
+void PlanExecutor::receive(const Step& step, const StepState& st, const Stream& s) {
+  Communicator* comm = comms_[step.stream].get();
+  for (const PlaneTransfer& x : st.transfers) {
+    if (x.local_is_src || x.peer == rank_) continue;
+    const Transfer& t = *x.transfer;
+    const TensorView v = local_view(t.dst.slot, x.plane, t.dst.region);
+    if (v.numel() == 0) continue;
+    comm->recv(v.is_contiguous() ? v : staging_view(x, Geometry::of(v)), x.peer, s);
+  }
+  if (cuda_ && comm) comm->group_end();
+  for (const PlaneTransfer& x : st.transfers) {
+    if (x.local_is_src || x.peer == rank_) continue;
+    const Transfer& t = *x.transfer;
+    const TensorView v = local_view(t.dst.slot, x.plane, t.dst.region);
+    if (v.numel() == 0 || v.is_contiguous()) continue;
+    copy_strided(v, staging_view(x, Geometry::of(v)), s);
+  }
+}
+
+void PlanExecutor::run_put(const Step& step, const StepState& st, const Stream& s) {
+  SymmetricHeap& heap = *ctx_.heap;
+  for (const PlaneTransfer& x : st.transfers) {
+    const Transfer& t = *x.transfer;
+    TensorView src = local_view(t.src.slot, x.plane, t.src.region);
+    if (src.numel() == 0) continue;
+    if (x.peer == rank_) {
+      copy_strided(local_view(t.dst.slot, x.plane, t.dst.region), src, s);
+      continue;
+    }
+    const Geometry dst = remote_geometry(x.peer, t.dst.slot, x.plane, t.dst.region);
+    if (!dst.is_contiguous() || !src.is_contiguous()) {
+      // Strided: store straight into the peer's memory where it is load/store reachable.
+      if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
+        copy_strided(dst.view(peer_base, device()), src, s);
+        continue;
+      }
+    }
+    if (!src.is_contiguous()) {
+      const TensorView packed = staging_view(x, Geometry::of(src));
+      copy_strided(packed, src, s);
+      src = packed;
+    }
+    const size_t es = dtype_size(dst.dtype);
+    auto* from = static_cast<const std::byte*>(src.data());
+    dst.for_each_run([&](int64_t offset, int64_t count) {
+      heap.put(symmetric_, size_t(offset) * es, from, size_t(count) * es, x.peer, s);
+      from += size_t(count) * es;
+    });
+  }
+  if (step.signal_id >= 0) {
+    std::set<int> raised;
+    for (const Transfer& t : step.transfers) {
+      if (raised.insert(t.dst_rank).second) {
+        heap.signal(t.dst_rank, st.signal_slot, SignalOp::kAdd, 1, s);
+      }
+    }
+  }
+}
+
+void PlanExecutor::run_get(const StepState& st, const Stream& s) {
+  SymmetricHeap& heap = *ctx_.heap;
+  for (const PlaneTransfer& x : st.transfers) {
+    const Transfer& t = *x.transfer;
+    const TensorView dst = local_view(t.dst.slot, x.plane, t.dst.region);
+    if (dst.numel() == 0) continue;
+    if (x.peer == rank_) {
+      copy_strided(dst, local_view(t.src.slot, x.plane, t.src.region), s);
+      continue;
+    }
+    const Geometry src = remote_geometry(x.peer, t.src.slot, x.plane, t.src.region);
+    if (!src.is_contiguous() || !dst.is_contiguous()) {
+      if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
+        copy_strided(dst, src.view(peer_base, device()), s);
+        continue;
+      }
+    }
+    const TensorView target = dst.is_contiguous() ? dst : staging_view(x, Geometry::of(dst));
+    const size_t es = dtype_size(src.dtype);
+    auto* into = static_cast<std::byte*>(target.data());
+    src.for_each_run([&](int64_t offset, int64_t count) {
+      heap.get(into, symmetric_, size_t(offset) * es, size_t(count) * es, x.peer, s);
+      into += size_t(count) * es;
+    });
+    if (!dst.is_contiguous()) copy_strided(dst, target, s);
+  }
+}
+
+void PlanExecutor::barrier_arrive(const Step& step, const StepState& st, const Stream& s) {
+  if (step.group.size() <= 1) return;
+  for (int m : step.group) {
+    if (m != rank_) ctx_.heap->signal(m, st.signal_slot, SignalOp::kAdd, 1, s);
+  }
+}
+
+void PlanExecutor::barrier_leave(const Step& step, const StepState& st, const Stream& s) {
+  if (step.group.size() <= 1) return;
+  const uint64_t others = uint64_t(step.group.size() - 1);
+  int from = -1;
+  if (others == 1) from = step.group[0] == rank_ ? step.group[1] : step.group[0];
+  ctx_.heap->wait_signal(st.signal_slot, WaitCmp::kGe, others, from, s);
+  // Back to zero for the next run (an early raise of the next barrier is kept: subtract).
+  ctx_.heap->signal(rank_, st.signal_slot, SignalOp::kAdd, uint64_t(0) - others, s);
+}
+
+void PlanExecutor::signal_wait(const Step& step, const StepState& st, const Stream& s) {
+  const uint64_t value = uint64_t(step.signal_value);
+  ctx_.heap->wait_signal(st.signal_slot, WaitCmp::kGe, value, st.wait_from, s);
+  ctx_.heap->signal(rank_, st.signal_slot, SignalOp::kAdd, uint64_t(0) - value, s);
+}
+
+}  // namespace tessera::sp::detail

@@ -1,0 +1,491 @@
+// GPU tests of tessera::attn's cuda backend against the float32 reference (reference.h) on
+// random inputs, with FlashAttention-3's tolerance rule: max |gpu - f32| must stay within
+// 2x the error of a reference computed in the input precision, plus the output's rounding.
+// Every output is poisoned (NaN) before the call and must be fully written; rows that see no
+// key must be exactly O = 0, lse = -inf. Shapes include 1, odd lengths and lengths that are
+// not multiples of any tile, separate Q and KV lengths, GQA/MQA, strided views, masks by
+// global positions, chunked accumulation over 1..16 (and 40) chunks, several jobs per launch,
+// merge and finalize.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tessera/attn/attention.h"
+#include "tessera/attn/reference.h"
+#include "tessera/core/buffer.h"
+#include "tessera/core/error.h"
+#include "tessera/runtime/memory.h"
+#include "tessera/runtime/stream.h"
+
+namespace tessera::attn {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// A tensor with a host copy and a device copy of the same layout.
+struct Mirrored {
+  Tensor host;
+  Tensor device;
+  TensorView h(int dim = -1, int64_t start = 0, int64_t len = 0) const {
+    return dim < 0 ? host.view() : host.view().slice(dim, start, len);
+  }
+  TensorView d(int dim = -1, int64_t start = 0, int64_t len = 0) const {
+    return dim < 0 ? device.view() : device.view().slice(dim, start, len);
+  }
+  size_t bytes() const { return size_t(host.view().numel()) * host.view().element_size(); }
+};
+
+class AttnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    stream_ = Stream::create_cuda(0);
+  }
+
+  Mirrored random(std::vector<int64_t> shape, DType dtype, uint32_t seed, float lo = -1.0f,
+                  float hi = 1.0f) {
+    // uniform in [lo, hi)
+    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()), Tensor::empty(shape, dtype, Device::cuda(0))};
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    for (int64_t i = 0; i < m.host.view().numel(); ++i) store_from_float(m.host.data(), dtype, i, dist(rng));
+    upload(m);
+    return m;
+  }
+  Mirrored filled(std::vector<int64_t> shape, DType dtype, float value) {
+    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()), Tensor::empty(shape, dtype, Device::cuda(0))};
+    for (int64_t i = 0; i < m.host.view().numel(); ++i) store_from_float(m.host.data(), dtype, i, value);
+    upload(m);
+    return m;
+  }
+  // Device buffer filled with 0xFF bytes (NaN in every float dtype); host copy likewise.
+  Mirrored poisoned(std::vector<int64_t> shape, DType dtype) {
+    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()), Tensor::empty(shape, dtype, Device::cuda(0))};
+    std::memset(m.host.data(), 0xFF, m.bytes());
+    fill_bytes(m.device.data(), 0xFF, m.bytes(), stream_);
+    return m;
+  }
+  void upload(const Mirrored& m) {
+    copy_bytes(m.device.data(), m.host.data(), m.bytes(), stream_);
+    stream_.synchronize();
+  }
+  void download(const Mirrored& m) {
+    stream_.synchronize();
+    copy_bytes(m.host.data(), m.device.data(), m.bytes(), stream_);
+    stream_.synchronize();
+  }
+
+  Stream stream_;
+};
+
+float at4(const TensorView& t, int64_t a, int64_t b, int64_t c, int64_t d) {
+  return load_as_float(t.data(), t.dtype(), a * t.stride(0) + b * t.stride(1) + c * t.stride(2) + d * t.stride(3));
+}
+float at3(const TensorView& t, int64_t a, int64_t b, int64_t c) {
+  return load_as_float(t.data(), t.dtype(), a * t.stride(0) + b * t.stride(1) + c * t.stride(2));
+}
+float round_to(DType dtype, float x) {
+  if (dtype == DType::kBF16) return bf16_bits_to_float(float_to_bf16_bits(x));
+  if (dtype == DType::kF16) return fp16_bits_to_float(float_to_fp16_bits(x));
+  return x;
+}
+
+// FlashAttention-3's rule: tolerance = 2 * error of the input-precision reference + noise.
+struct Tolerance {
+  double o = 0, lse = 0;
+};
+Tolerance tolerance_for(const ReferenceResult& f32, const ReferenceResult& low, DType out_dtype) {
+  double err_o = 0, noise = 0, err_lse = 0, lse_mag = 0;
+  for (size_t i = 0; i < f32.o.size(); ++i) {
+    err_o = std::max(err_o, double(std::abs(round_to(out_dtype, low.o[i]) - f32.o[i])));
+    noise = std::max(noise, double(std::abs(round_to(out_dtype, f32.o[i]) - f32.o[i])));
+  }
+  for (size_t i = 0; i < f32.lse.size(); ++i) {
+    if (std::isinf(f32.lse[i])) continue;
+    err_lse = std::max(err_lse, double(std::abs(low.lse[i] - f32.lse[i])));
+    lse_mag = std::max(lse_mag, double(std::abs(f32.lse[i])));
+  }
+  return {2 * err_o + noise + 1e-6, 2 * err_lse + 1e-6 * lse_mag + 1e-5};
+}
+
+struct Errors {
+  double o = 0, lse = 0;
+  int64_t unwritten = 0;       // NaN/inf left in O, NaN in lse
+  int64_t bad_empty_rows = 0;  // rows with no key that are not exactly (0, -inf)
+};
+
+// Compares o [B, Lq, Hq, D] and lse [B, Hq, Lq] (host views) with the reference.
+Errors compare(const TensorView& o, const TensorView& lse, const ReferenceResult& ref) {
+  Errors e;
+  for (int64_t b = 0; b < ref.batch; ++b)
+    for (int64_t i = 0; i < ref.lq; ++i)
+      for (int64_t h = 0; h < ref.heads; ++h) {
+        const bool empty_row = std::isinf(ref.lse_at(b, h, i));
+        for (int64_t d = 0; d < ref.head_dim; ++d) {
+          const float x = at4(o, b, i, h, d);
+          if (!std::isfinite(x)) {
+            ++e.unwritten;
+            continue;
+          }
+          if (empty_row && x != 0.0f) ++e.bad_empty_rows;
+          e.o = std::max(e.o, double(std::abs(x - ref.o_at(b, i, h, d))));
+        }
+        if (lse.empty()) continue;
+        const float l = at3(lse, b, h, i);
+        if (std::isnan(l)) {
+          ++e.unwritten;
+        } else if (empty_row) {
+          if (l != -kInf) ++e.bad_empty_rows;
+        } else if (std::isinf(l)) {
+          ++e.unwritten;
+        } else {
+          e.lse = std::max(e.lse, double(std::abs(l - ref.lse_at(b, h, i))));
+        }
+      }
+  return e;
+}
+
+void expect_within(const Errors& e, const Tolerance& t, const std::string& what) {
+  EXPECT_EQ(e.unwritten, 0) << what;
+  EXPECT_EQ(e.bad_empty_rows, 0) << what;
+  EXPECT_LE(e.o, t.o) << what << " (O error vs tolerance)";
+  EXPECT_LE(e.lse, t.lse) << what << " (lse error vs tolerance)";
+}
+
+struct Case {
+  int64_t b, lq, lkv, hq, hkv;
+  MaskSpec mask;
+};
+
+std::string describe(const Case& c, DType dtype, int64_t d) {
+  return str(dtype_name(dtype), " D", d, " B", c.b, " Lq", c.lq, " Lkv", c.lkv, " H", c.hq, ":",
+             c.hkv, c.mask.causal ? str(" causal q", c.mask.q_start, "+", c.mask.q_stride, "i kv",
+                                        c.mask.kv_start, "+", c.mask.kv_stride, "j")
+                                  : std::string(" full"));
+}
+
+TEST_F(AttnGpu, ForwardMatchesReferenceOnOddShapes) {
+  uint32_t seed = 100;
+  const std::vector<Case> cases = {
+      {1, 1, 1, 1, 1, MaskSpec::none()},
+      {2, 1, 333, 4, 2, MaskSpec::none()},
+      {1, 77, 200, 3, 1, MaskSpec::none()},
+      {1, 300, 513, 2, 2, MaskSpec::none()},
+      {2, 257, 129, 4, 4, MaskSpec::none()},
+      {1, 128, 128, 2, 1, MaskSpec::none()},
+      {1, 1, 1, 2, 2, MaskSpec::causal_at(0, 0)},
+      {1, 300, 300, 2, 1, MaskSpec::causal_at(0, 0)},
+      {2, 77, 333, 3, 3, MaskSpec::causal_at(333 - 77, 0)},  // bottom-right aligned
+      {1, 260, 130, 4, 2, MaskSpec::causal_at(0, 0)},        // rows past the keys
+  };
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128}) {
+      for (const Case& c : cases) {
+        Mirrored q = random({c.b, c.lq, c.hq, d}, dtype, seed++);
+        Mirrored k = random({c.b, c.lkv, c.hkv, d}, dtype, seed++);
+        Mirrored v = random({c.b, c.lkv, c.hkv, d}, dtype, seed++);
+        Mirrored o = poisoned({c.b, c.lq, c.hq, d}, dtype);
+        Mirrored lse = poisoned({c.b, c.hq, c.lq}, DType::kF32);
+        const float scale = default_softmax_scale(d);
+        forward(q.d(), k.d(), v.d(), o.d(), lse.d(), c.mask, scale, stream_);
+        download(o);
+        download(lse);
+        KvChunk chunk{k.h(), v.h(), c.mask};
+        ReferenceResult f32 = reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), scale);
+        ReferenceResult low = reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), scale,
+                                                  ReferencePrecision::kInputRounding);
+        expect_within(compare(o.h(), lse.h(), f32), tolerance_for(f32, low, dtype), describe(c, dtype, d));
+      }
+    }
+  }
+}
+
+TEST_F(AttnGpu, MasksByGlobalPositionsAndRowsWithoutKeys) {
+  uint32_t seed = 200;
+  const std::vector<Case> cases = {
+      {1, 200, 300, 2, 1, MaskSpec::causal_at(50, 100, 2, 3)},   // striped-like strides
+      {1, 150, 150, 2, 2, MaskSpec::causal_at(1, 0, 4, 4)},      // striped, rank 1 of 4
+      {1, 129, 257, 4, 2, MaskSpec::causal_at(-40, 0)},          // first 40 rows see nothing
+      {2, 64, 200, 2, 1, MaskSpec::causal_at(0, 1000)},          // no row sees a key
+      {1, 333, 77, 2, 2, MaskSpec::causal_at(500, 450, 1, 1)},   // partially visible chunk
+  };
+  for (DType dtype : {DType::kBF16}) {
+    for (int64_t d : {64, 128}) {
+      for (const Case& c : cases) {
+        Mirrored q = random({c.b, c.lq, c.hq, d}, dtype, seed++);
+        Mirrored k = random({c.b, c.lkv, c.hkv, d}, dtype, seed++);
+        Mirrored v = random({c.b, c.lkv, c.hkv, d}, dtype, seed++);
+        Mirrored o = poisoned({c.b, c.lq, c.hq, d}, dtype);
+        Mirrored lse = poisoned({c.b, c.hq, c.lq}, DType::kF32);
+        forward(q.d(), k.d(), v.d(), o.d(), lse.d(), c.mask, 0.1f, stream_);
+        download(o);
+        download(lse);
+        KvChunk chunk{k.h(), v.h(), c.mask};
+        ReferenceResult f32 = reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), 0.1f);
+        ReferenceResult low = reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), 0.1f,
+                                                  ReferencePrecision::kInputRounding);
+        expect_within(compare(o.h(), lse.h(), f32), tolerance_for(f32, low, dtype), describe(c, dtype, d));
+      }
+    }
+  }
+}
+
+TEST_F(AttnGpu, StridedViewsLeaveTheRestOfTheirBuffersAlone) {
+  const int64_t B = 2, L = 190, Hq = 6, Hkv = 2, D = 128;
+  const DType dtype = DType::kBF16;
+  // q, k, v are head slices of one packed [B, L, Hq + 2 Hkv, D] buffer.
+  Mirrored packed = random({B, L, Hq + 2 * Hkv, D}, dtype, 301);
+  // o is heads [1, 1 + Hq) of a [B, L, Hq + 2, D] buffer, lse heads [1, 1 + Hq) and rows
+  // [3, 3 + L) of a [B, Hq + 2, L + 5] buffer; both pre-filled with a marker.
+  Mirrored big_o = filled({B, L, Hq + 2, D}, dtype, 7.0f);
+  Mirrored big_lse = filled({B, Hq + 2, L + 5}, DType::kF32, 9.0f);
+  auto o_view = [&](const TensorView& t) { return t.slice(2, 1, Hq); };
+  auto lse_view = [&](const TensorView& t) { return t.slice(1, 1, Hq).slice(2, 3, L); };
+  // Poison the output windows on the device.
+  {
+    Tensor nan_o = Tensor::empty({B, L, Hq + 2, D}, dtype, Device::cpu());
+    std::memcpy(nan_o.data(), big_o.host.data(), big_o.bytes());
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t h = 1; h <= Hq; ++h)
+          for (int64_t d = 0; d < D; ++d)
+            store_from_float(nan_o.data(), dtype, ((b * L + i) * (Hq + 2) + h) * D + d, NAN);
+    copy_bytes(big_o.device.data(), nan_o.data(), big_o.bytes(), stream_);
+  }
+  const MaskSpec mask = MaskSpec::causal_at(0, 0);
+  forward(packed.d(2, 0, Hq), packed.d(2, Hq, Hkv), packed.d(2, Hq + Hkv, Hkv), o_view(big_o.d()),
+          lse_view(big_lse.d()), mask, 0.09f, stream_);
+  Mirrored before_o{Tensor::empty({B, L, Hq + 2, D}, dtype, Device::cpu()), big_o.device};
+  Mirrored before_lse{Tensor::empty({B, Hq + 2, L + 5}, DType::kF32, Device::cpu()), big_lse.device};
+  download(before_o);
+  download(before_lse);
+  KvChunk chunk{packed.h(2, Hq, Hkv), packed.h(2, Hq + Hkv, Hkv), mask};
+  ReferenceResult f32 = reference_attention(packed.h(2, 0, Hq), std::span<const KvChunk>(&chunk, 1), 0.09f);
+  ReferenceResult low = reference_attention(packed.h(2, 0, Hq), std::span<const KvChunk>(&chunk, 1), 0.09f,
+                                            ReferencePrecision::kInputRounding);
+  expect_within(compare(o_view(before_o.h()), lse_view(before_lse.h()), f32),
+                tolerance_for(f32, low, dtype), "strided views");
+  int64_t touched = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t h : {int64_t(0), Hq + 1})
+        for (int64_t d = 0; d < D; ++d) touched += at4(before_o.h(), b, i, h, d) != 7.0f;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq + 2; ++h)
+      for (int64_t i = 0; i < L + 5; ++i) {
+        const bool inside = h >= 1 && h <= Hq && i >= 3 && i < 3 + L;
+        if (!inside) touched += at3(before_lse.h(), b, h, i) != 9.0f;
+      }
+  EXPECT_EQ(touched, 0) << "elements outside the output views were written";
+}
+
+// Splits [0, Lkv) into n uneven chunks (none a multiple of a tile) with their own masks.
+std::vector<KvChunk> split_chunks(const TensorView& k, const TensorView& v, int n, const MaskSpec& mask) {
+  std::vector<KvChunk> chunks;
+  const int64_t lkv = k.size(1);
+  int64_t start = 0;
+  for (int c = 0; c < n; ++c) {
+    int64_t end = c + 1 == n ? lkv : lkv * (c + 1) / n + (c % 3) - 1;
+    end = std::max(start, std::min(end, lkv));
+    MaskSpec m = mask;
+    m.kv_start = mask.kv_start + start * mask.kv_stride;
+    chunks.push_back({k.slice(1, start, end - start), v.slice(1, start, end - start), m});
+    start = end;
+  }
+  return chunks;
+}
+
+TEST_F(AttnGpu, ChunkedAccumulationEqualsOneCallForOneToSixteenChunks) {
+  const int64_t B = 1, Lq = 200, Lkv = 1000, Hq = 4, Hkv = 2, D = 128;
+  const DType dtype = DType::kBF16;
+  Mirrored q = random({B, Lq, Hq, D}, dtype, 401);
+  Mirrored k = random({B, Lkv, Hkv, D}, dtype, 402);
+  Mirrored v = random({B, Lkv, Hkv, D}, dtype, 403);
+  const float scale = default_softmax_scale(D);
+  for (const MaskSpec& mask : {MaskSpec::none(), MaskSpec::causal_at(800, 0)}) {
+    KvChunk all{k.h(), v.h(), mask};
+    ReferenceResult f32 = reference_attention(q.h(), std::span<const KvChunk>(&all, 1), scale);
+    ReferenceResult low = reference_attention(q.h(), std::span<const KvChunk>(&all, 1), scale,
+                                              ReferencePrecision::kInputRounding);
+    const Tolerance tol = tolerance_for(f32, low, dtype);
+    // The one-call result.
+    Mirrored o1 = poisoned({B, Lq, Hq, D}, dtype);
+    Mirrored l1 = poisoned({B, Hq, Lq}, DType::kF32);
+    forward(q.d(), k.d(), v.d(), o1.d(), l1.d(), mask, scale, stream_);
+    download(o1);
+    download(l1);
+    expect_within(compare(o1.h(), l1.h(), f32), tol, "one call");
+    for (int n : {1, 2, 3, 4, 5, 7, 8, 11, 16, 40}) {
+      std::vector<KvChunk> dev_chunks = split_chunks(k.d(), v.d(), n, mask);
+      Mirrored so = poisoned({B, Lq, Hq, D}, DType::kF32);
+      Mirrored sl = poisoned({B, Hq, Lq}, DType::kF32);
+      AttnState state{so.d(), sl.d()};
+      init_state(state, stream_);
+      accumulate(q.d(), dev_chunks, state, scale, stream_);
+      Mirrored out = poisoned({B, Lq, Hq, D}, dtype);
+      finalize(state, out.d(), stream_);
+      download(out);
+      download(sl);
+      download(so);
+      const std::string what = str(n, " chunks", mask.causal ? " causal" : "");
+      expect_within(compare(out.h(), sl.h(), f32), tol, what + " finalized");
+      expect_within(compare(so.h(), sl.h(), f32), tol, what + " state");
+      // And against the one-call kernel result, within the same tolerance.
+      double diff = 0;
+      for (int64_t i = 0; i < out.host.view().numel(); ++i)
+        diff = std::max(diff, double(std::abs(load_as_float(out.host.data(), dtype, i) -
+                                              load_as_float(o1.host.data(), dtype, i))));
+      EXPECT_LE(diff, tol.o) << what << " vs one call";
+    }
+  }
+}
+
+TEST_F(AttnGpu, SeveralJobsFoldInOneLaunchAndAcrossLaunches) {
+  const int64_t B = 2, Hq = 4, Hkv = 1, D = 64;
+  const DType dtype = DType::kF16;
+  Mirrored k = random({B, 700, Hkv, D}, dtype, 501);
+  Mirrored v = random({B, 700, Hkv, D}, dtype, 502);
+  const int64_t lqs[3] = {1, 130, 333};
+  std::vector<Mirrored> qs, sos, sls;
+  for (int j = 0; j < 3; ++j) {
+    qs.push_back(random({B, lqs[j], Hq, D}, dtype, 510 + j));
+    sos.push_back(poisoned({B, lqs[j], Hq, D}, DType::kF32));
+    sls.push_back(poisoned({B, Hq, lqs[j]}, DType::kF32));
+  }
+  // Job j: its Q chunk sits at positions 300*j ..; KV chunks [0,250), [250,500), [500,700).
+  std::vector<std::vector<KvChunk>> dev_kv(3), host_kv(3);
+  for (int j = 0; j < 3; ++j) {
+    for (auto [s, e] : {std::pair<int64_t, int64_t>{0, 250}, {250, 500}, {500, 700}}) {
+      if (j == 1 && s == 250) continue;  // job 1 skips the middle chunk
+      MaskSpec m = MaskSpec::causal_at(300 * j, s);
+      dev_kv[size_t(j)].push_back({k.d(1, s, e - s), v.d(1, s, e - s), m});
+      host_kv[size_t(j)].push_back({k.h(1, s, e - s), v.h(1, s, e - s), m});
+    }
+  }
+  std::vector<AccumulateJob> jobs;
+  for (int j = 0; j < 3; ++j) {
+    AttnState st{sos[size_t(j)].d(), sls[size_t(j)].d()};
+    init_state(st, stream_);
+    // Job 2 folds its first chunk in a separate, earlier launch.
+    std::span<const KvChunk> kv(dev_kv[size_t(j)]);
+    if (j == 2) {
+      accumulate(qs[2].d(), kv.subspan(0, 1), st, 0.125f, stream_);
+      kv = kv.subspan(1);
+    }
+    jobs.push_back({qs[size_t(j)].d(), st, kv});
+  }
+  accumulate(jobs, 0.125f, stream_);
+  for (int j = 0; j < 3; ++j) {
+    download(sos[size_t(j)]);
+    download(sls[size_t(j)]);
+    ReferenceResult f32 = reference_attention(qs[size_t(j)].h(), host_kv[size_t(j)], 0.125f);
+    ReferenceResult low = reference_attention(qs[size_t(j)].h(), host_kv[size_t(j)], 0.125f,
+                                              ReferencePrecision::kInputRounding);
+    expect_within(compare(sos[size_t(j)].h(), sls[size_t(j)].h(), f32), tolerance_for(f32, low, dtype),
+                  str("job ", j));
+  }
+}
+
+TEST_F(AttnGpu, MergeAndFinalizeMatchTheWholeResult) {
+  const int64_t B = 1, Lq = 150, Lkv = 600, H = 3, D = 128;
+  const DType dtype = DType::kBF16;
+  Mirrored q = random({B, Lq, H, D}, dtype, 601);
+  Mirrored k = random({B, Lkv, H, D}, dtype, 602);
+  Mirrored v = random({B, Lkv, H, D}, dtype, 603);
+  const MaskSpec mask = MaskSpec::causal_at(300, 0);  // the last partial hides rows < 150
+  std::vector<Mirrored> po, pl;
+  std::vector<Partial> parts;
+  for (int p = 0; p < 4; ++p) {
+    po.push_back(poisoned({B, Lq, H, D}, dtype));
+    pl.push_back(poisoned({B, H, Lq}, DType::kF32));
+    MaskSpec m = mask;
+    m.kv_start = 150 * p;
+    forward(q.d(), k.d(1, 150 * p, 150), v.d(1, 150 * p, 150), po.back().d(), pl.back().d(), m,
+            0.1f, stream_);
+    parts.push_back({po.back().d(), pl.back().d()});
+  }
+  Mirrored mo = poisoned({B, Lq, H, D}, DType::kF32);
+  Mirrored ml = poisoned({B, H, Lq}, DType::kF32);
+  merge(parts, mo.d(), ml.d(), stream_);
+  Mirrored fo = poisoned({B, Lq, H, D}, dtype);
+  finalize(AttnState{mo.d(), ml.d()}, fo.d(), stream_);
+  download(mo);
+  download(ml);
+  download(fo);
+  KvChunk all{k.h(), v.h(), mask};
+  ReferenceResult f32 = reference_attention(q.h(), std::span<const KvChunk>(&all, 1), 0.1f);
+  ReferenceResult low = reference_attention(q.h(), std::span<const KvChunk>(&all, 1), 0.1f,
+                                            ReferencePrecision::kInputRounding);
+  // Partials are rounded to bf16 before the merge: allow that rounding on top (4 partials).
+  Tolerance tol = tolerance_for(f32, low, dtype);
+  tol.o *= 1.5;
+  expect_within(compare(mo.h(), ml.h(), f32), tol, "merge");
+  expect_within(compare(fo.h(), ml.h(), f32), tol, "finalize");
+}
+
+TEST_F(AttnGpu, LongerSequenceSampledRows) {
+  // One realistic tile count (16 x 16 blocks per head) checked on sampled rows.
+  const int64_t B = 1, L = 2048, H = 2, D = 128;
+  const DType dtype = DType::kBF16;
+  Mirrored q = random({B, L, H, D}, dtype, 701);
+  Mirrored k = random({B, L, H, D}, dtype, 702);
+  Mirrored v = random({B, L, H, D}, dtype, 703);
+  for (const MaskSpec& mask : {MaskSpec::none(), MaskSpec::causal_at(0, 0)}) {
+    Mirrored o = poisoned({B, L, H, D}, dtype);
+    Mirrored lse = poisoned({B, H, L}, DType::kF32);
+    forward(q.d(), k.d(), v.d(), o.d(), lse.d(), mask, default_softmax_scale(D), stream_);
+    download(o);
+    download(lse);
+    for (int64_t row : {int64_t(0), int64_t(1), int64_t(127), int64_t(128), int64_t(1000), L - 1}) {
+      MaskSpec m = mask;
+      m.q_start = mask.q_pos(row);
+      KvChunk all{k.h(), v.h(), m};
+      ReferenceResult f32 = reference_attention(q.h(1, row, 1), std::span<const KvChunk>(&all, 1),
+                                                default_softmax_scale(D));
+      ReferenceResult low = reference_attention(q.h(1, row, 1), std::span<const KvChunk>(&all, 1),
+                                                default_softmax_scale(D), ReferencePrecision::kInputRounding);
+      expect_within(compare(o.h(1, row, 1), lse.h(2, row, 1), f32), tolerance_for(f32, low, dtype),
+                    str("row ", row, mask.causal ? " causal" : ""));
+    }
+  }
+}
+
+TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
+  auto expect_code = [](const std::function<void()>& fn, ErrorCode code, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an error naming '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  Mirrored q = random({1, 8, 2, 128}, DType::kBF16, 801);
+  Mirrored o = poisoned({1, 8, 2, 128}, DType::kBF16);
+  Mirrored lse = poisoned({1, 2, 8}, DType::kF32);
+  Mirrored q96 = random({1, 8, 2, 96}, DType::kBF16, 802);
+  Mirrored o96 = poisoned({1, 8, 2, 96}, DType::kBF16);
+  Mirrored q32 = random({1, 8, 2, 64}, DType::kF32, 803);
+  Mirrored o32 = poisoned({1, 8, 2, 64}, DType::kF32);
+  // Row stride 132 elements = 264 bytes: not a multiple of 16.
+  Mirrored wide = random({1, 8, 1, 132}, DType::kBF16, 804);
+  TensorView k_odd(wide.device.data(), DType::kBF16, Device::cuda(0), {1, 8, 1, 128}, {8 * 132, 132, 132, 1});
+  const MaskSpec none = MaskSpec::none();
+  expect_code([&] { forward(q96.d(), q96.d(), q96.d(), o96.d(), TensorView(), none, 0.1f, stream_); },
+              ErrorCode::kUnsupported, "head dim 96");
+  expect_code([&] { forward(q32.d(), q32.d(), q32.d(), o32.d(), TensorView(), none, 0.1f, stream_); },
+              ErrorCode::kUnsupported, "q has dtype f32");
+  expect_code([&] { forward(q.d(), k_odd, k_odd, o.d(), lse.d(), none, 0.1f, stream_); },
+              ErrorCode::kUnsupported, "kv[0].k");
+  expect_code([&] { forward(q.h(), q.d(), q.d(), o.d(), lse.d(), none, 0.1f, stream_); },
+              ErrorCode::kInvalidArgument, "q = bf16[1, 8, 2, 128] cpu is on cpu");
+}
+
+}  // namespace
+}  // namespace tessera::attn
