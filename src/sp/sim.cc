@@ -14,6 +14,35 @@
 
 namespace tessera::sp {
 
+namespace {
+// Total length covered by a set of [start, end) intervals.
+double union_length(std::vector<std::pair<double, double>> intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double total = 0.0, cur_start = 0.0, cur_end = -1.0;
+  for (const auto& [a, b] : intervals) {
+    if (a > cur_end) {
+      if (cur_end > cur_start) total += cur_end - cur_start;
+      cur_start = a;
+      cur_end = b;
+    } else {
+      cur_end = std::max(cur_end, b);
+    }
+  }
+  if (cur_end > cur_start) total += cur_end - cur_start;
+  return total;
+}
+}  // namespace
+
+double SimResult::hidden_comm_fraction() const {
+  double comm = 0.0, exposed = 0.0;
+  for (size_t r = 0; r < rank_end_us.size(); ++r) {
+    comm += comm_us[r];
+    exposed += rank_end_us[r] - compute_us[r];
+  }
+  if (comm <= 0.0) return 1.0;
+  return std::clamp(1.0 - exposed / comm, 0.0, 1.0);
+}
+
 double SimResult::exposed_us() const {
   double worst = 0.0;
   for (size_t r = 0; r < rank_end_us.size(); ++r) {
@@ -163,7 +192,9 @@ class Simulator {
     result.rank_end_us.assign(P, 0.0);
     result.compute_us.assign(P, 0.0);
     result.bytes_in.assign(P, 0);
+    result.comm_us.assign(P, 0.0);
     for (int r = 0; r < P; ++r) {
+      std::vector<std::pair<double, double>> transfers;
       result.bytes_in[r] = bytes_received(plan_, r);
       for (int i = 0; i < int(steps_[r].size()); ++i) {
         const StepSim& st = steps_[r][i];
@@ -178,7 +209,15 @@ class Simulator {
         if (plan_.ranks[r].steps[i].stream == kComputeStream) {
           result.compute_us[r] += st.end - st.start;
         }
+        switch (plan_.ranks[r].steps[i].kind) {
+          case StepKind::kSendRecv:
+          case StepKind::kAllToAll:
+          case StepKind::kPut:
+          case StepKind::kGet: transfers.emplace_back(st.start, st.end); break;
+          default: break;
+        }
       }
+      result.comm_us[r] = union_length(std::move(transfers));
       result.total_us = std::max(result.total_us, result.rank_end_us[r]);
     }
     return result;

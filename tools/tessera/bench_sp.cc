@@ -25,6 +25,7 @@
 #include "command.h"
 #include "options.h"
 #include "rank_launch.h"
+#include "sp_methods.h"
 #include "tessera/attn/attention.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
@@ -36,27 +37,6 @@ namespace tessera::cli {
 namespace {
 
 using sp::Method;
-
-struct MethodSpec {
-  std::string label;  // as given: "torus:one-sided"
-  Method method = Method::kAuto;
-  sp::CommMode comm = sp::CommMode::kTwoSided;
-};
-
-const char* kDefaultMethods =
-    "ring,ring:one-sided,ulysses,ulysses:one-sided,usp,tas,tas:one-sided,torus,torus:one-sided,"
-    "mesh,auto";
-
-MethodSpec parse_method_spec(const std::string& text) {
-  MethodSpec m;
-  m.label = text;
-  const size_t colon = text.find(':');
-  m.method = sp::parse_method(text.substr(0, colon), "--methods");
-  if (colon != std::string::npos) {
-    m.comm = sp::parse_comm_mode(text.substr(colon + 1), "--methods");
-  }
-  return m;
-}
 
 // splitmix64 of the element's coordinates: the same value on every rank.
 float input_value(uint64_t seed, int tensor, int64_t b, int64_t pos, int64_t h, int64_t d) {
@@ -121,6 +101,7 @@ struct Row {
   bool applicable = true;
   std::string reason;
   double median_us = 0, tflops = 0, sim_us = 0, mb_intra = 0, mb_cross = 0, max_diff = 0;
+  double sim_hidden = 0;  // the sim's share of communication time that overlapped compute
   bool ok = false;
 };
 
@@ -268,7 +249,9 @@ Row bench_method(RankContext& ctx, const Shape& shape, const MethodSpec& spec, c
   }
   sp::CostModel model = sp::CostModel::for_topology(ctx.topology);
   model.apply(opt.text("cost"));
-  row.sim_us = sp::simulate(plan, model).total_us;
+  const sp::SimResult sim = sp::simulate(plan, model);
+  row.sim_us = sim.total_us;
+  row.sim_hidden = sim.hidden_comm_fraction();
   return row;
 }
 
@@ -381,15 +364,17 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
         std::printf(", emulated link %.1f GB/s %.1f us", ctx.options.emulated_link.bandwidth_gbps,
                     ctx.options.emulated_link.latency_us);
       }
-      std::printf("\n# %-18s %10s %11s %10s %10s %10s %9s %3s  %s\n", "method", "median_us",
-                  "TFLOP/s/GPU", "sim_us", "MB_intra", "MB_cross", "max_diff", "ok", "plan");
+      std::printf("\n# %-18s %10s %11s %10s %10s %10s %10s %9s %3s  %s\n", "method", "median_us",
+                  "TFLOP/s/GPU", "sim_us", "sim_hidden", "MB_intra", "MB_cross", "max_diff", "ok",
+                  "plan");
       for (const Row& r : rows) {
         if (!r.applicable) {
           std::printf("  %-18s not applicable: %s\n", r.method.c_str(), r.reason.c_str());
           continue;
         }
-        std::printf("  %-18s %10.1f %11.2f %10.1f %10.3f %10.3f %9.2e %3s  %s\n", r.method.c_str(),
-                    r.median_us, r.tflops, r.sim_us, r.mb_intra, r.mb_cross, r.max_diff,
+        std::printf("  %-18s %10.1f %11.2f %10.1f %9.0f%% %10.3f %10.3f %9.2e %3s  %s\n",
+                    r.method.c_str(), r.median_us, r.tflops, r.sim_us, 100.0 * r.sim_hidden,
+                    r.mb_intra, r.mb_cross, r.max_diff,
                     r.ok ? "yes" : "NO", r.params.c_str());
         failed += r.ok ? 0 : 1;
         BenchRecord rec;
@@ -403,6 +388,7 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
         rec.tflops = r.tflops;
         rec.ok = r.ok;
         rec.extra["sim_us"] = r.sim_us;
+        rec.extra["sim_hidden_fraction"] = r.sim_hidden;
         rec.extra["mb_in_intra"] = r.mb_intra;
         rec.extra["mb_in_cross"] = r.mb_cross;
         rec.extra["max_diff"] = r.max_diff;

@@ -31,11 +31,15 @@ struct SimResult {
   double total_us = 0.0;              // when the last rank ends
   std::vector<double> rank_end_us;    // per rank
   std::vector<double> compute_us;     // per rank: time its compute stream is busy
+  std::vector<double> comm_us;        // per rank: time any of its transfers is in flight
   std::vector<int64_t> bytes_in;      // per rank: bytes received
   std::vector<SimStepTime> timeline;  // every step, by rank then step index
 
   // max over ranks of (end - compute busy): time not hidden behind compute.
   double exposed_us() const;
+  // Share of the ranks' communication time that overlapped compute:
+  // 1 - sum(end - compute busy) / sum(comm busy), clamped to [0, 1]; 1 when nothing moved.
+  double hidden_comm_fraction() const;
   std::string to_json() const;
 };
 
