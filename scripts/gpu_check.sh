@@ -2,11 +2,14 @@
 # A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
 # configure and build with every core, run the gpu tests, run the benchmarks with their
 # anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
-#   STAGES="build test comm attn" selects stages (default: all of them).
+#   STAGES="build test comm launchers sp attn" selects stages (default: all of them).
+# Everything lands in OUTDIR/work/ and is packed into OUTDIR/gpu-check.tgz at the end (the
+# device tool brings back few files).
 set -uo pipefail
-out=$1
+final=$1
+out=$final/work
 mkdir -p "$out"
-stages=${STAGES:-"build test comm attn"}
+stages=${STAGES:-"build test comm launchers sp attn"}
 has() { [[ " $stages " == *" $1 "* ]]; }
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 export TESSERA_COMMIT=${TESSERA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -16,7 +19,7 @@ status=0
 if has build; then
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DTESSERA_CUDA=ON \
     -DCUTLASS_INCLUDE_DIR="$PWD/.deps/cutlass/include" ${CMAKE_ARGS:-} >"$out/build.log" 2>&1 &&
-  cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { echo "BUILD FAILED"; tail -40 "$out/build.log"; exit 1; }
+  cmake --build build-gpu -j "$(nproc)" >>"$out/build.log" 2>&1 || { echo "BUILD FAILED"; grep -E "error" "$out/build.log" | head -20; tail -5 "$out/build.log"; tar czf "$final/gpu-check.tgz" -C "$out" .; exit 1; }
   echo "build ok"
 fi
 $bin info >"$out/info.txt" 2>&1 || status=1
@@ -30,6 +33,10 @@ if has comm; then
     $bin bench comm --heap nvshmem --emulate-nodes 2 --ops all_to_all,all_gather,reduce_scatter,sendrecv,put,get \
       --json "$out/comm_2x$((ngpu / 2))_emulated.json" >>"$out/comm.log" 2>&1 || status=1
   fi
+  torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_comm.py --json "$out/torch_comm.json" \
+    >"$out/torch_comm.log" 2>&1 || status=1
+fi
+if has launchers; then
   # The same binary under the other launchers: torchrun's variables, and mpirun (the tcp
   # bootstrap through MASTER_ADDR/PORT when this build has no MPI).
   { echo "--- under torchrun"; torchrun --standalone --nproc_per_node "$ngpu" --no-python $bin bench comm \
@@ -38,12 +45,15 @@ if has comm; then
       -x MASTER_PORT=29533 -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS $bin bench comm \
       --ops all_gather,put --max-bytes 1M --iters 3 --warmup 1; } >"$out/launchers.log" 2>&1 || status=1
   grep -E "^--- |#wrong total" "$out/launchers.log"
-  torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_comm.py --json "$out/torch_comm.json" \
-    >"$out/torch_comm.log" 2>&1 || status=1
+fi
+if has sp; then
+  $bin demo --json-prefix "$out/sp" >"$out/sp.log" 2>&1 || status=1
 fi
 if has attn && $bin bench attn --help >/dev/null 2>&1; then
   $bin bench attn --json "$out/attn.json" >"$out/attn.log" 2>&1 || status=1
 fi
-echo "=== comm ==="; grep -v "^\[" "$out/comm.log" 2>/dev/null | tail -60
-python3 bench/report.py "$out"/*.json 2>/dev/null | grep -E " (64M|256M) " || true
+tar czf "$final/gpu-check.tgz" -C "$out" .
+[ -f "$out/comm.log" ] && { echo "=== comm ==="; python3 bench/report.py "$out"/comm*.json "$out"/torch_comm.json | grep -E " (64M|256M) "; }
+[ -f "$out/attn.log" ] && { echo "=== attn ==="; grep -v "^\[" "$out/attn.log" | tail -30; }
+[ -f "$out/sp.log" ] && { echo "=== sp ==="; grep -v "^\[" "$out/sp.log" | tail -40; }
 exit $status
