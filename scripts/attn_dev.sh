@@ -11,7 +11,11 @@
 #
 # Binaries built on the development machine (static libstdc++, static cudart) travel in
 # build-attn-dev/bin and are used as they are when they run; otherwise `all` rebuilds there,
-# with the CUTLASS headers from .deps/cutlass and gtest from build-attn-dev/gtest.
+# with the CUTLASS headers from .deps/cutlass and gtest from build-attn-dev/gtest. On the H200:
+#   device run, kind nvidia-h200, carry [.deps/cutlass, build-attn-dev/bin, build-attn-dev/gtest]:
+#   bash scripts/attn_dev.sh all $OUT 2>&1
+# A tuning variant registered as "cand" (kernels/attn/inst/attention_sm90_variants_d*.cu) also
+# runs through the GPU tests and the full sweep; without one those passes repeat production.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -47,7 +51,7 @@ build() {
                     src/runtime/cuda/memory_cuda.cc src/attn/*.cc src/attn/cuda/*.cc
                     tools/tessera/main.cc tools/tessera/options.cc tools/tessera/bench_record.cc
                     tools/tessera/bench_attn.cc tests/gpu/attn_*.cc tests/unit/attn_*.cc)
-  local cu_sources=(kernels/attn/*.cu kernels/attn/inst/*.cu)
+  local cu_sources=(src/attn/cuda/*.cu kernels/attn/inst/*.cu)
   local jobs_file=$B/jobs.txt
   : >"$jobs_file"
   for s in "${cc_sources[@]}"; do
@@ -94,7 +98,12 @@ run_tests() {
   local out=${1:-$B/out}; mkdir -p "$out"
   timeout 180 "$BIN/attn_tests" --gtest_filter='Attn*' 2>&1 | tee "$out/attn_tests.log" |
     grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|error|Expected|Which is|actual|tolerance" | head -60
-  return "${PIPESTATUS[0]}"
+  local status=${PIPESTATUS[0]}
+  # The production candidates ("cand" variants; production for the rest) through the GPU tests.
+  echo "[attn_dev] GPU tests with TESSERA_ATTN_KERNEL=cand"
+  TESSERA_ATTN_KERNEL=cand timeout 120 "$BIN/attn_tests" --gtest_filter='AttnGpu.*' 2>&1 |
+    tee "$out/attn_tests_cand.log" | grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure" | head -30
+  return $(( status != 0 || PIPESTATUS[0] != 0 ))
 }
 
 run_bench() {
@@ -104,16 +113,18 @@ run_bench() {
   [ -n "$cases" ] && extra=(--cases "$cases")
   timeout 240 "$BIN/tessera" bench attn "${extra[@]}" --json "$out/attn.json" 2>&1 | tee "$out/bench_attn.log"
   local status=${PIPESTATUS[0]}
+  TESSERA_ATTN_KERNEL=cand timeout 120 "$BIN/tessera" bench attn "${extra[@]}" --anchor none \
+    --json "$out/attn_cand.json" >"$out/bench_attn_cand.log" 2>&1 || status=1
   # Kernel variants (no anchor) on the cases that decide the tile shape; "prod" is the
   # production kernel again (the run-to-run spread).
   if [ -z "${NO_VARIANTS:-}" ]; then
-    for v in ${VARIANTS_D128:-prod s3 n176 turns}; do
+    for v in ${VARIANTS_D128:-prod n128 s3}; do
       [ "$v" = prod ] && name="" || name=$v
       TESSERA_ATTN_KERNEL=$name timeout 45 "$BIN/tessera" bench attn --anchor none --target-ms 200 \
         --cases ${VARIANT_CASES_D128:-b1_h24_d128_l16384,b1_h24_d128_l16384_causal,b1_h24_d128_l65536} 2>&1 |
         grep -E "^  b1.*us " | sed "s/tessera sm90/d128 $v/" | tee -a "$out/variants.log"
     done
-    for v in ${VARIANTS_D64:-prod n128 n192s3 n224 n192turns}; do
+    for v in ${VARIANTS_D64:-prod n192 wg3n96 wg3n128 n224 n128}; do
       [ "$v" = prod ] && name="" || name=$v
       TESSERA_ATTN_KERNEL=$name timeout 45 "$BIN/tessera" bench attn --anchor none --target-ms 200 \
         --cases ${VARIANT_CASES_D64:-b1_h24_d64_l65536,b1_h24_d64_l16384_causal} 2>&1 |
@@ -134,13 +145,31 @@ case $cmd in
     ensure_built || exit 1
     run_tests "$out"; t=$?
     run_bench "$out"; b=$?
-    if command -v cuobjdump >/dev/null; then  # SASS of the production bf16 kernels, for the notes
-      cuobjdump -sass "$BIN/tessera" 2>/dev/null | awk '/Function : .*bfloat16_tELi(64ELi192|128ELi128)ELi2ELb0ELi0/{p=1} /Function : /&&!/bfloat16_tELi(64ELi192|128ELi128)ELi2ELb0ELi0/{p=0} p' >"$out/attn_bf16.sass"
-      echo "sass: $(wc -l <"$out/attn_bf16.sass") lines"
+    if command -v cuobjdump >/dev/null; then  # SASS of every attention kernel, for the notes
+      cuobjdump -sass "$BIN/tessera" 2>/dev/null >"$out/attn.sass"
+      echo "sass: $(wc -l <"$out/attn.sass") lines"
+    fi
+    if [ -z "${NO_NCU:-}" ] && command -v ncu >/dev/null; then  # stall reasons of the D64 kernel
+      timeout 120 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
+        --section ComputeWorkloadAnalysis --section InstructionStats -k regex:attention_sm90 \
+        --launch-skip 1 --launch-count 1 "$BIN/tessera" bench attn --anchor none --warmup 0 \
+        --min-iters 1 --target-ms 1 --check-rows 1 --cases b1_h24_d64_l16384 >"$out/ncu_d64.txt" 2>&1
+      echo "ncu: $(grep -c . "$out/ncu_d64.txt") lines"
     fi
     echo "=== variants ==="; sort -k1,1 -s "$out/variants.log" 2>/dev/null
     echo "=== summary (tests rc $t, bench rc $b) ==="
     sed -n '/^# tessera bench attn on/,$p' "$out/bench_attn.log"
+    python3 - "$out/attn.json" "$out/attn_cand.json" <<'PY' || true
+import json, sys
+prod, cand = (json.load(open(p)) for p in sys.argv[1:3])
+cudnn = {r["case"]: r["tflops"] for r in prod if r["impl"] == "torch sdpa cudnn"}
+print("# candidates (TESSERA_ATTN_KERNEL=cand) vs the same run's cuDNN")
+for r in cand:
+    c = cudnn.get(r["case"])
+    print(f"  {r['case']:32s} {r['impl']:14s} {r['tflops']:8.1f} TFLOP/s  x_cudnn {r['tflops'] / c if c else float('nan'):5.2f}  {'ok' if r['ok'] else 'WRONG'}")
+PY
+    # The device tool returns at most 8 files: keep the JSON records, pack the rest.
+    (cd "$out" && tar czf logs.tar.gz --remove-files ./*.log ./*.txt ./*.sass 2>/dev/null)
     exit $(( t != 0 || b != 0 ))
     ;;
   *) echo "usage: $0 build|test|bench|all [OUT]"; exit 2 ;;

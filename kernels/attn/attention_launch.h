@@ -56,7 +56,8 @@ using AttentionLaunchFn = void (*)(const LaunchDesc& desc);
 // register named alternatives that the TESSERA_ATTN_KERNEL parameter selects.
 bool register_attention_kernel(ElementType element, int head_dim, AttentionLaunchFn fn,
                                const char* variant = "");
-AttentionLaunchFn find_attention_kernel(ElementType element, int head_dim, const char* variant = "");
+AttentionLaunchFn find_attention_kernel(ElementType element, int head_dim,
+                                        const char* variant = "");
 
 // ---- merge / finalize / init_state (kernels/attn/attention_rows.cu) ----------------------
 
@@ -79,8 +80,8 @@ struct MergeDesc {
   int num_partials = 0;
   RowTensor partial_o[kMaxMergePartials];
   LseTensor partial_lse[kMaxMergePartials];
-  RowTensor out_o;     // written
-  LseTensor out_lse;   // written unless data == nullptr
+  RowTensor out_o;    // written
+  LseTensor out_lse;  // written unless data == nullptr
   void* cuda_stream = nullptr;
 };
 

@@ -41,13 +41,16 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cute/tensor.hpp>  // first: the atoms below build on it
-#include <cute/arch/copy_sm90_tma.hpp>
-#include <cute/arch/mma_sm90.hpp>
-#include <cute/atom/copy_traits_sm90_tma.hpp>
+
+// cute/tensor.hpp must come before the SM90 atoms (they build on it): keep this block apart.
+#include <cute/tensor.hpp>
+
 #include <cutlass/arch/barrier.h>
 #include <cutlass/arch/reg_reconfig.h>
 #include <cutlass/numeric_types.h>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
 
 #include "attn/attention_launch.h"
 #include "tessera/core/error.h"
@@ -60,36 +63,33 @@ using namespace cute;
 // ---- Traits ---------------------------------------------------------------------------------
 
 template <class Element_, int kHeadDim_, int kBlockN_ = 128, int kStages_ = 2,
-          bool kScheduleWarpGroups_ = false, int kExpPolyEvery_ = 0>
+          int kNumMmaWarpGroups_ = 2>
 struct AttentionTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kNumMmaWarpGroups = 2;
-  static constexpr int kBlockM = 64 * kNumMmaWarpGroups;  // query rows per CTA
-  static constexpr int kBlockN = kBlockN_;                // keys per pipeline stage
+  static constexpr int kNumMmaWarpGroups = kNumMmaWarpGroups_;  // consumers, 64 rows each
+  static constexpr int kBlockM = 64 * kNumMmaWarpGroups;        // query rows per CTA
+  static constexpr int kBlockN = kBlockN_;                      // keys per pipeline stage
   static constexpr int kStages = kStages_;
-  // Consumer warp groups take turns issuing their GEMMs (one's softmax overlaps the other's
-  // tensor-core work) when set.
-  static constexpr bool kScheduleWarpGroups = kScheduleWarpGroups_;
-  // In unmasked blocks, every kExpPolyEvery-th column group computes exp2 with a polynomial
-  // on the FMA pipe instead of MUFU.EX2 (16/clk/SM), which bounds the softmax at small D.
-  // 0: every exp2 on MUFU.
-  static constexpr int kExpPolyEvery = kExpPolyEvery_;
   static constexpr int kNumThreads = 128 * (1 + kNumMmaWarpGroups);
   static constexpr int kNumConsumerThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumConsumerWarps = 4 * kNumMmaWarpGroups;
-  // setmaxnreg budgets: 168 per thread at launch (65536 / 384); the producer gives its
-  // registers to the consumers. Wider S tiles need the larger consumer budget.
-  static constexpr int kProducerRegisters = kBlockN_ > 128 ? 24 : 40;
-  static constexpr int kConsumerRegisters = kBlockN_ > 128 ? 240 : 232;
+  // setmaxnreg budgets: 65536 / kNumThreads per thread at launch (168 for 384 threads, 128
+  // for 512); the producer gives its registers to the consumers. Wider S tiles need the
+  // larger consumer budget.
+  static constexpr int kProducerRegisters = (kNumMmaWarpGroups > 2 || kBlockN_ > 128) ? 24 : 40;
+  static constexpr int kConsumerRegisters = kNumMmaWarpGroups > 2 ? 160
+                                                                  : (kBlockN_ > 128 ? 240 : 232);
 
-  static_assert(cute::is_same_v<Element, cutlass::bfloat16_t> || cute::is_same_v<Element, cutlass::half_t>);
+  static_assert(cute::is_same_v<Element, cutlass::bfloat16_t> ||
+                cute::is_same_v<Element, cutlass::half_t>);
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
-  static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256, "kBlockN: WGMMA N and K steps");
+  static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
+                "kBlockN: WGMMA N and K steps");
   static_assert(kStages >= 2, "at least double buffering");
+  static_assert(kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3, "2 or 3 consumer warp groups");
   static_assert(128 * kProducerRegisters + kNumConsumerThreads * kConsumerRegisters <= 65536,
                 "register file");
-  static_assert(!kScheduleWarpGroups || kNumMmaWarpGroups == 2, "turns between two warp groups");
 
   using TileQK = Shape<Int<kBlockM>, Int<kBlockN>, Int<kHeadDim>>;  // S = Q K^T: M, N, K
   using TilePV = Shape<Int<kBlockM>, Int<kHeadDim>, Int<kBlockN>>;  // O = P V:   M, N, K
@@ -104,19 +104,19 @@ struct AttentionTraits {
       WarpGroupLayout{}));
 
   // Q [kBlockM, D] and K [kBlockN, D] tiles: D contiguous, 128-byte swizzle, 64-column panels.
-  using SmemLayoutQ =
-      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockM>, Int<kHeadDim>>{}));
-  using SmemLayoutKTile =
-      decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                             Shape<Int<kBlockM>, Int<kHeadDim>>{}));
+  using SmemLayoutKTile = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                                 Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
                                              Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   // V^T [D, kBlockN]: D contiguous (MN-major for the PV product); panels of 64 D-columns
   // holding all kBlockN keys, so one TMA box (64, kBlockN) fills one panel.
-  using SmemLayoutVtTile = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                                  Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{}));
-  using SmemLayoutVt =
-      decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                             Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}, Step<_2, _1, _3>{}));
+  using SmemLayoutVtTile = decltype(tile_to_shape(
+      GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{}));
+  using SmemLayoutVt = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
+                                              Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                              Step<_2, _1, _3>{}));
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);  // one K or V tile
@@ -201,7 +201,7 @@ struct AttentionParams {
   KvParams kv[kMaxChunksPerLaunch];
   int num_jobs = 0;
   int batch = 0, heads_q = 0, heads_kv = 0, group = 1;  // group = Hq / Hkv
-  float scale_log2 = 0;  // softmax_scale * log2(e)
+  float scale_log2 = 0;                                 // softmax_scale * log2(e)
   int accumulate = 0;
 };
 
@@ -262,13 +262,15 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
     if (global_timer_ns() - start > kWaitTimeoutNs) {
 #ifdef TESSERA_ATTN_WAIT_PRINTF
-      printf("tessera attn sm90: CTA (%d,%d,%d) thread %d waited > 5 s at wait point %d (parity %u)\n",
-             blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, int(kWhat), parity);
+      printf(
+          "tessera attn sm90: CTA (%d,%d,%d) thread %d waited > 5 s at wait point %d (parity %u)\n",
+          blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, int(kWhat), parity);
 #endif
       if constexpr (kWhat == WaitPoint::kKEmpty || kWhat == WaitPoint::kVEmpty) {
         asm volatile("trap; // tessera attn: producer wait point %0" ::"n"(int(kWhat)));
       } else {
-        asm volatile("st.global.u32 [%0], %1;" ::"l"(uint64_t(16 * (1 + int(kWhat)))), "r"(int(kWhat))
+        asm volatile("st.global.u32 [%0], %1;" ::"l"(uint64_t(16 * (1 + int(kWhat)))),
+                     "r"(int(kWhat))
                      : "memory");
         asm volatile("exit;");
       }
@@ -280,21 +282,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
-}
-
-// 2^x for x <= 0 on the FMA pipe: x = j + f with j = round(x) (a magic-number add, no
-// conversion instruction) and f in [-0.5, 0.5]; 2^f by a cubic (max relative error 1.2e-4,
-// far below the bf16/fp16 rounding of P); 2^j added to the exponent bits. Clamped at 2^-126,
-// so only unmasked scores (finite x) may use it.
-__device__ __forceinline__ float exp2_poly(float x) {
-  x = fmaxf(x, -126.0f);
-  const float shifted = x + 12582912.0f;  // 1.5 * 2^23
-  const float j = shifted - 12582912.0f;
-  const float f = x - j;
-  float p = fmaf(fmaf(0.0545928247f, f, 0.242217838f), f, 0.693368601f);
-  p = fmaf(p, f, 1.0f);
-  const uint32_t j_bits = uint32_t(__float_as_int(shifted) - 0x4B400000) << 23;
-  return __uint_as_float(__float_as_uint(p) + j_bits);
 }
 
 template <class Element>
@@ -321,15 +308,6 @@ struct PipeState {
     }
   }
 };
-
-// Named barriers for the consumer warp groups' turns (ids past CUTLASS's reserved ones).
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-constexpr int kTurnBarrierBase = 8;
 
 // ---- Tile and KV-block bookkeeping (identical in producer and consumers) --------------------
 
@@ -367,11 +345,12 @@ __device__ __forceinline__ int64_t last_visible_key(const KvParams& kv, int64_t 
 template <int kBlockN>
 struct KvCursor {
   int chunk, chunk_end;
-  int n, n_end;     // block n of [0, n_end) in this chunk
-  int n_unmasked;   // blocks [0, n_unmasked) need no masking
+  int n, n_end;    // block n of [0, n_end) in this chunk
+  int n_unmasked;  // blocks [0, n_unmasked) need no masking
   int64_t row_first, row_last;
 
-  __device__ __forceinline__ void start(const JobParams& job, const KvParams* kv, const TileInfo& t) {
+  __device__ __forceinline__ void start(const JobParams& job, const KvParams* kv,
+                                        const TileInfo& t) {
     chunk = job.kv_begin;
     chunk_end = job.kv_end;
     row_first = t.row_begin;
@@ -430,8 +409,8 @@ struct AttentionKernel {
     Tensor mQ = p.tma_q.get_tma_tensor(make_shape(job.lq, Int<kHeadDim>{}, p.heads_q, p.batch));
     Tensor gQ = local_tile(mQ(_, _, t.h, t.b), Shape<Int<kBlockM>, Int<kHeadDim>>{},
                            make_coord(t.m_block, _0{}));
-    auto [tQgQ, tQsQ] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ),
-                                      group_modes<0, 2>(gQ));
+    auto [tQgQ, tQsQ] =
+        tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     mbar_arrive_expect_tx(&ss.q_full, Traits::kQBytes);
     copy(p.tma_q.with(&p.q_desc[t.job], ss.q_full), tQgQ, tQsQ);
 
@@ -441,11 +420,12 @@ struct AttentionKernel {
       Tensor mK = p.tma_k.get_tma_tensor(make_shape(kv.lkv, Int<kHeadDim>{}, p.heads_kv, p.batch));
       Tensor gK = local_tile(mK(_, _, t.hkv, t.b), Shape<Int<kBlockN>, Int<kHeadDim>>{},
                              make_coord(_, _0{}));  // (kBlockN, D, blocks)
-      Tensor mVt = p.tma_vt.get_tma_tensor(make_shape(Int<kHeadDim>{}, kv.lkv, p.heads_kv, p.batch));
+      Tensor mVt =
+          p.tma_vt.get_tma_tensor(make_shape(Int<kHeadDim>{}, kv.lkv, p.heads_kv, p.batch));
       Tensor gVt = local_tile(mVt(_, _, t.hkv, t.b), Shape<Int<kHeadDim>, Int<kBlockN>>{},
                               make_coord(_0{}, _));  // (D, kBlockN, blocks)
-      auto [tKgK, tKsK] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK),
-                                        group_modes<0, 2>(gK));
+      auto [tKgK, tKsK] =
+          tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto [tVgV, tVsV] = tma_partition(p.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt),
                                         group_modes<0, 2>(gVt));
       mbar_wait<WaitPoint::kKEmpty>(&ss.k_empty[ps.index], ps.phase ^ 1u);
@@ -544,12 +524,7 @@ struct AttentionKernel {
         CUTE_UNROLL
         for (int r = 0; r < 2; ++r) {
           float& x = s(make_coord(c, r, v), 0, 0);
-          const float arg = fmaf(x, scale_log2, -use_max[r]);
-          if constexpr (!kMask && Traits::kExpPolyEvery > 0) {
-            x = (v % Traits::kExpPolyEvery == Traits::kExpPolyEvery - 1) ? exp2_poly(arg) : fast_exp2(arg);
-          } else {
-            x = fast_exp2(arg);
-          }
+          x = fast_exp2(fmaf(x, scale_log2, -use_max[r]));
           part[r][(2 * v + c) % kChains] += x;
         }
       }
@@ -617,19 +592,22 @@ struct AttentionKernel {
     Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});
-    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);   // descriptors
-    Tensor tSrK = thr_qk.partition_fragment_B(sK);   // descriptors, per stage
-    Tensor tOrVt = thr_pv.partition_fragment_B(sVt); // descriptors, per stage
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);    // descriptors
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);    // descriptors, per stage
+    Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // descriptors, per stage
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
     Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-    Tensor tOrP = make_tensor<Element>(partition_shape_A(mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));
-    static_assert(decltype(size<0, 0>(tSrS))::value == 2 && decltype(size<0, 1>(tSrS))::value == 2 &&
+    Tensor tOrP =
+        make_tensor<Element>(partition_shape_A(mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));
+    static_assert(decltype(size<0, 0>(tSrS))::value == 2 &&
+                      decltype(size<0, 1>(tSrS))::value == 2 &&
                       decltype(size<0, 2>(tSrS))::value == kBlockN / 8 &&
                       decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
                   "S accumulator: ((2 cols, 2 rows, N/8 col groups), 1, 1) per thread");
     static_assert(decltype(size<0, 2>(tOrO))::value == kHeadDim / 8, "O accumulator layout");
-    static_assert(decltype(size<0>(tOrP))::value == 8 && decltype(size<2>(tOrP))::value == kBlockN / 16,
-                  "P operand: ((2,2,2), 1, N/16) per thread");
+    static_assert(
+        decltype(size<0>(tOrP))::value == 8 && decltype(size<2>(tOrP))::value == kBlockN / 16,
+        "P operand: ((2,2,2), 1, N/16) per thread");
     static_assert(decltype(stride<0, 0>(tOrP))::value == 1, "P column pairs adjacent");
 
     // Running state per row: max in log2 units, this thread's part of the row sum.
@@ -639,7 +617,8 @@ struct AttentionKernel {
       for (int r = 0; r < 2; ++r) {
         const int64_t row = t.row_begin + row_in_tile[r];
         float lse = -INFINITY;
-        if (row < job.lq) lse = job.lse[t.b * job.lse_stride_b + t.h * job.lse_stride_h + row * job.lse_stride_l];
+        if (row < job.lq)
+          lse = job.lse[t.b * job.lse_stride_b + t.h * job.lse_stride_h + row * job.lse_stride_l];
         const float* orow = static_cast<const float*>(job.o) + t.b * job.o_stride_b +
                             row * job.o_stride_l + t.h * job.o_stride_h;
         CUTE_UNROLL
@@ -679,21 +658,13 @@ struct AttentionKernel {
           softmax_block<false>(tSrS, row_max, row_sum, correction, scale_log2, col0, limit);
         }
       };
-      constexpr int kTurnThreads = 2 * 128;
-      const int my_turn = kTurnBarrierBase + wg;
-      const int next_turn = kTurnBarrierBase + (1 - wg);
-      if constexpr (Traits::kScheduleWarpGroups) {
-        if (wg == 1) named_barrier_arrive(kTurnBarrierBase + 0, kTurnThreads);  // group 0 starts
-      }
 
       mbar_wait<WaitPoint::kQ>(&ss.q_full, 0);
       PipeState ps;
       // First block: S only.
       if (cur.need_mask()) set_limits(cur);
       mbar_wait<WaitPoint::kKFull>(&ss.k_full[ps.index], ps.phase);
-      if constexpr (Traits::kScheduleWarpGroups) named_barrier_sync(my_turn, kTurnThreads);
       gemm_ss_zero(mma_qk, tSrQ, tSrK(_, _, _, ps.index), tSrS);
-      if constexpr (Traits::kScheduleWarpGroups) named_barrier_arrive(next_turn, kTurnThreads);
       warpgroup_wait<0>();
       if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);
       softmax(cur);
@@ -709,10 +680,8 @@ struct AttentionKernel {
         if (cur.need_mask()) set_limits(cur);
         mbar_wait<WaitPoint::kKFull>(&ss.k_full[ps.index], ps.phase);
         mbar_wait<WaitPoint::kVFull>(&ss.v_full[pv.index], pv.phase);
-        if constexpr (Traits::kScheduleWarpGroups) named_barrier_sync(my_turn, kTurnThreads);
         gemm_ss_zero(mma_qk, tSrQ, tSrK(_, _, _, ps.index), tSrS);
         gemm_rs(mma_pv, tOrP, tOrVt(_, _, _, pv.index), tOrO);
-        if constexpr (Traits::kScheduleWarpGroups) named_barrier_arrive(next_turn, kTurnThreads);
         warpgroup_wait<1>();  // S done, PV may still run
         if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);
         softmax(cur);
@@ -725,14 +694,9 @@ struct AttentionKernel {
       }
       // Last block: PV only.
       mbar_wait<WaitPoint::kVFull>(&ss.v_full[pv.index], pv.phase);
-      if constexpr (Traits::kScheduleWarpGroups) named_barrier_sync(my_turn, kTurnThreads);
       gemm_rs(mma_pv, tOrP, tOrVt(_, _, _, pv.index), tOrO);
-      if constexpr (Traits::kScheduleWarpGroups) named_barrier_arrive(next_turn, kTurnThreads);
       warpgroup_wait<0>();
       if (lane == 0) mbar_arrive(&ss.v_empty[pv.index]);
-      if constexpr (Traits::kScheduleWarpGroups) {
-        if (wg == 0) named_barrier_sync(my_turn, kTurnThreads);  // drain group 1's last turn
-      }
     }
     epilogue(p, job, t, tOrO, row_max, row_sum, row_in_tile, col0, lane);
   }
@@ -762,8 +726,8 @@ struct AttentionKernel {
         Element* orow = static_cast<Element*>(job.o) + offset;
         CUTE_UNROLL
         for (int v = 0; v < kHeadDim / 8; ++v) {
-          *reinterpret_cast<uint32_t*>(orow + col0 + 8 * v) =
-              pack2<Element>(o(make_coord(0, r, v), 0, 0) * inv, o(make_coord(1, r, v), 0, 0) * inv);
+          *reinterpret_cast<uint32_t*>(orow + col0 + 8 * v) = pack2<Element>(
+              o(make_coord(0, r, v), 0, 0) * inv, o(make_coord(1, r, v), 0, 0) * inv);
         }
       }
       if (lane % 4 == 0 && job.lse != nullptr)
@@ -780,7 +744,8 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
   using Storage = SharedStorage<Traits>;
   extern __shared__ char smem_raw[];
   // SW128 tiles need 1024-byte alignment; the dynamic allocation has 1024 bytes of slack.
-  Storage& ss = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  Storage& ss = *reinterpret_cast<Storage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                            ~uintptr_t(1023));
   const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   const int warp_in_group = __shfl_sync(0xffffffffu, (int(threadIdx.x) / 32) % 4, 0);
   const TileInfo tile = locate_tile(params);
@@ -888,7 +853,8 @@ void launch_attention(const LaunchDesc& d) {
     raised_on_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
   dim3 grid(unsigned(m_blocks), unsigned(d.heads_q), unsigned(d.batch));
-  kernel<<<grid, Traits::kNumThreads, Kernel::kSmemBytes, static_cast<cudaStream_t>(d.cuda_stream)>>>(p);
+  kernel<<<grid, Traits::kNumThreads, Kernel::kSmemBytes,
+           static_cast<cudaStream_t>(d.cuda_stream)>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

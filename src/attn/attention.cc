@@ -17,7 +17,9 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-bool is_float_dtype(DType d) { return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16; }
+bool is_float_dtype(DType d) {
+  return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
+}
 
 // The device every tensor of a call must be on: the stream's.
 void check_on_stream(const TensorView& t, const Stream& stream, const std::string& what) {
@@ -32,8 +34,8 @@ void check_bshd(const TensorView& t, const std::string& what) {
   TESSERA_CHECK_ARG(!t.empty() || t.numel() == 0, what, " has no data");
   TESSERA_CHECK_ARG(t.ndim() == 4, what, " = ", t.to_string(), ": expected 4 dims [B, L, H, D]");
   TESSERA_CHECK_ARG(t.size(3) >= 1, what, " = ", t.to_string(), ": expected head dim D >= 1");
-  TESSERA_CHECK_ARG(t.stride(3) == 1 || t.size(3) == 1, what, " = ", t.to_string(),
-                    " has stride ", t.stride(3), " in D: expected 1");
+  TESSERA_CHECK_ARG(t.stride(3) == 1 || t.size(3) == 1, what, " = ", t.to_string(), " has stride ",
+                    t.stride(3), " in D: expected 1");
   TESSERA_CHECK_ARG(is_float_dtype(t.dtype()), what, " has dtype ", dtype_name(t.dtype()),
                     ": expected bf16, f16 or f32");
 }
@@ -54,8 +56,8 @@ void check_same_shape(const TensorView& t, const TensorView& like, const std::st
 }
 
 void check_scale(float softmax_scale) {
-  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0, "softmax_scale = ",
-                    softmax_scale, ": expected a finite value > 0");
+  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
+                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
 }
 
 void check_supported_on_backend(const TensorView& t, const Stream& stream, const std::string& what,
@@ -135,7 +137,8 @@ void store_result(const ReferenceResult& r, const TensorView& o, const TensorVie
         int64_t base = offset_bshd(o, b, i, h);
         for (int64_t d = 0; d < r.head_dim; ++d)
           store_from_float(o.data(), o.dtype(), base + d, r.o_at(b, i, h, d));
-        if (!lse.empty()) store_from_float(lse.data(), DType::kF32, offset_bhl(lse, b, h, i), r.lse_at(b, h, i));
+        if (!lse.empty())
+          store_from_float(lse.data(), DType::kF32, offset_bhl(lse, b, h, i), r.lse_at(b, h, i));
       }
 }
 
@@ -171,7 +174,8 @@ void cpu_merge(std::span<const Partial> partials, const TensorView& o, const Ten
           m = std::max(m, load_as_float(p.lse.data(), DType::kF32, offset_bhl(p.lse, b, h, i)));
         float total = 0.0f;
         for (size_t k = 0; k < partials.size(); ++k) {
-          float l = load_as_float(partials[k].lse.data(), DType::kF32, offset_bhl(partials[k].lse, b, h, i));
+          float l = load_as_float(partials[k].lse.data(), DType::kF32,
+                                  offset_bhl(partials[k].lse, b, h, i));
           w[k] = (m == kNegInf || l == kNegInf) ? 0.0f : std::exp(l - m);
           total += w[k];
         }
@@ -226,8 +230,8 @@ float default_softmax_scale(int64_t head_dim) {
 
 int64_t visible_pairs(int64_t lq, int64_t lkv, const MaskSpec& mask) {
   if (!mask.causal) return lq * lkv;
-  TESSERA_CHECK_ARG(mask.q_stride >= 1 && mask.kv_stride >= 1, "mask strides ", mask.q_stride,
-                    ", ", mask.kv_stride, ": expected >= 1");
+  TESSERA_CHECK_ARG(mask.q_stride >= 1 && mask.kv_stride >= 1, "mask strides ", mask.q_stride, ", ",
+                    mask.kv_stride, ": expected >= 1");
   int64_t pairs = 0;
   for (int64_t i = 0; i < lq; ++i) {
     const int64_t q = mask.q_pos(i);
@@ -306,8 +310,8 @@ void accumulate(std::span<const AccumulateJob> jobs, float softmax_scale, const 
       const TensorView& q0 = jobs[0].q;
       TESSERA_CHECK_ARG(job.q.dtype() == q0.dtype() && job.q.size(0) == q0.size(0) &&
                             job.q.size(2) == q0.size(2) && job.q.size(3) == q0.size(3),
-                        prefix, "q = ", job.q.to_string(), ": expected the dtype, B, Hq and D of jobs[0].q = ",
-                        q0.to_string());
+                        prefix, "q = ", job.q.to_string(),
+                        ": expected the dtype, B, Hq and D of jobs[0].q = ", q0.to_string());
       if (!job.kv.empty() && !jobs[0].kv.empty()) {
         TESSERA_CHECK_ARG(job.kv[0].k.size(2) == jobs[0].kv[0].k.size(2), prefix, "kv[0].k has ",
                           job.kv[0].k.size(2), " heads: expected ", jobs[0].kv[0].k.size(2),
@@ -325,8 +329,8 @@ void finalize(const AttnState& state, const TensorView& o, const Stream& stream)
   check_lse(state.lse, state.o.size(0), state.o.size(2), state.o.size(1), "state.lse");
   check_bshd(o, "o");
   check_same_shape(o, state.o, "o", "state.o");
-  for (const auto& [t, name] : {std::pair{state.o, "state.o"}, std::pair{state.lse, "state.lse"},
-                                std::pair{o, "o"}}) {
+  for (const auto& [t, name] :
+       {std::pair{state.o, "state.o"}, std::pair{state.lse, "state.lse"}, std::pair{o, "o"}}) {
     check_on_stream(t, stream, name);
   }
   const Partial part{state.o, state.lse};

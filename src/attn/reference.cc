@@ -22,16 +22,20 @@ std::vector<float> to_float_bshd(const TensorView& t) {
     for (int64_t il = 0; il < l; ++il)
       for (int64_t ih = 0; ih < h; ++ih) {
         int64_t base = ib * t.stride(0) + il * t.stride(1) + ih * t.stride(2);
-        for (int64_t id = 0; id < d; ++id) out[idx++] = load_as_float(t.data(), t.dtype(), base + id);
+        for (int64_t id = 0; id < d; ++id)
+          out[idx++] = load_as_float(t.data(), t.dtype(), base + id);
       }
   return out;
 }
 
 float round_to(DType dtype, float x) {
   switch (dtype) {
-    case DType::kBF16: return bf16_bits_to_float(float_to_bf16_bits(x));
-    case DType::kF16: return fp16_bits_to_float(float_to_fp16_bits(x));
-    default: return x;
+    case DType::kBF16:
+      return bf16_bits_to_float(float_to_bf16_bits(x));
+    case DType::kF16:
+      return fp16_bits_to_float(float_to_fp16_bits(x));
+    default:
+      return x;
   }
 }
 
@@ -61,13 +65,15 @@ ReferenceResult reference_attention(const TensorView& q, std::span<const KvChunk
   int64_t total_keys = 0;
   for (size_t c = 0; c < kv.size(); ++c) {
     const KvChunk& ch = kv[c];
-    TESSERA_CHECK_ARG(ch.k.device().kind == DeviceKind::kCpu && ch.v.device().kind == DeviceKind::kCpu,
-                      "reference_attention: kv[", c, "] must be on cpu");
+    TESSERA_CHECK_ARG(
+        ch.k.device().kind == DeviceKind::kCpu && ch.v.device().kind == DeviceKind::kCpu,
+        "reference_attention: kv[", c, "] must be on cpu");
     TESSERA_CHECK_ARG(ch.k.ndim() == 4 && ch.k.size(0) == batch && ch.k.size(3) == d &&
                           ch.k.size(2) > 0 && hq % ch.k.size(2) == 0,
-                      "reference_attention: kv[", c, "].k = ", ch.k.to_string(),
-                      ": expected [", batch, ", Lkv, Hkv, ", d, "] with ", hq, " % Hkv == 0");
-    chunks.push_back({to_float_bshd(ch.k), to_float_bshd(ch.v), ch.k.size(1), ch.k.size(2), ch.mask});
+                      "reference_attention: kv[", c, "].k = ", ch.k.to_string(), ": expected [",
+                      batch, ", Lkv, Hkv, ", d, "] with ", hq, " % Hkv == 0");
+    chunks.push_back(
+        {to_float_bshd(ch.k), to_float_bshd(ch.v), ch.k.size(1), ch.k.size(2), ch.mask});
     total_keys += ch.k.size(1);
   }
   std::vector<float> qf = to_float_bshd(q);

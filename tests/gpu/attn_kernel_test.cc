@@ -51,22 +51,27 @@ class AttnGpu : public ::testing::Test {
   Mirrored random(std::vector<int64_t> shape, DType dtype, uint32_t seed, float lo = -1.0f,
                   float hi = 1.0f) {
     // uniform in [lo, hi)
-    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()), Tensor::empty(shape, dtype, Device::cuda(0))};
+    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()),
+               Tensor::empty(shape, dtype, Device::cuda(0))};
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> dist(lo, hi);
-    for (int64_t i = 0; i < m.host.view().numel(); ++i) store_from_float(m.host.data(), dtype, i, dist(rng));
+    for (int64_t i = 0; i < m.host.view().numel(); ++i)
+      store_from_float(m.host.data(), dtype, i, dist(rng));
     upload(m);
     return m;
   }
   Mirrored filled(std::vector<int64_t> shape, DType dtype, float value) {
-    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()), Tensor::empty(shape, dtype, Device::cuda(0))};
-    for (int64_t i = 0; i < m.host.view().numel(); ++i) store_from_float(m.host.data(), dtype, i, value);
+    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()),
+               Tensor::empty(shape, dtype, Device::cuda(0))};
+    for (int64_t i = 0; i < m.host.view().numel(); ++i)
+      store_from_float(m.host.data(), dtype, i, value);
     upload(m);
     return m;
   }
   // Device buffer filled with 0xFF bytes (NaN in every float dtype); host copy likewise.
   Mirrored poisoned(std::vector<int64_t> shape, DType dtype) {
-    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()), Tensor::empty(shape, dtype, Device::cuda(0))};
+    Mirrored m{Tensor::empty(shape, dtype, Device::cpu()),
+               Tensor::empty(shape, dtype, Device::cuda(0))};
     std::memset(m.host.data(), 0xFF, m.bytes());
     fill_bytes(m.device.data(), 0xFF, m.bytes(), stream_);
     return m;
@@ -85,7 +90,8 @@ class AttnGpu : public ::testing::Test {
 };
 
 float at4(const TensorView& t, int64_t a, int64_t b, int64_t c, int64_t d) {
-  return load_as_float(t.data(), t.dtype(), a * t.stride(0) + b * t.stride(1) + c * t.stride(2) + d * t.stride(3));
+  return load_as_float(t.data(), t.dtype(),
+                       a * t.stride(0) + b * t.stride(1) + c * t.stride(2) + d * t.stride(3));
 }
 float at3(const TensorView& t, int64_t a, int64_t b, int64_t c) {
   return load_as_float(t.data(), t.dtype(), a * t.stride(0) + b * t.stride(1) + c * t.stride(2));
@@ -165,9 +171,10 @@ struct Case {
 
 std::string describe(const Case& c, DType dtype, int64_t d) {
   return str(dtype_name(dtype), " D", d, " B", c.b, " Lq", c.lq, " Lkv", c.lkv, " H", c.hq, ":",
-             c.hkv, c.mask.causal ? str(" causal q", c.mask.q_start, "+", c.mask.q_stride, "i kv",
-                                        c.mask.kv_start, "+", c.mask.kv_stride, "j")
-                                  : std::string(" full"));
+             c.hkv,
+             c.mask.causal ? str(" causal q", c.mask.q_start, "+", c.mask.q_stride, "i kv",
+                                 c.mask.kv_start, "+", c.mask.kv_stride, "j")
+                           : std::string(" full"));
 }
 
 TEST_F(AttnGpu, ForwardMatchesReferenceOnOddShapes) {
@@ -197,10 +204,12 @@ TEST_F(AttnGpu, ForwardMatchesReferenceOnOddShapes) {
         download(o);
         download(lse);
         KvChunk chunk{k.h(), v.h(), c.mask};
-        ReferenceResult f32 = reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), scale);
+        ReferenceResult f32 =
+            reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), scale);
         ReferenceResult low = reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), scale,
                                                   ReferencePrecision::kInputRounding);
-        expect_within(compare(o.h(), lse.h(), f32), tolerance_for(f32, low, dtype), describe(c, dtype, d));
+        expect_within(compare(o.h(), lse.h(), f32), tolerance_for(f32, low, dtype),
+                      describe(c, dtype, d));
       }
     }
   }
@@ -209,11 +218,11 @@ TEST_F(AttnGpu, ForwardMatchesReferenceOnOddShapes) {
 TEST_F(AttnGpu, MasksByGlobalPositionsAndRowsWithoutKeys) {
   uint32_t seed = 200;
   const std::vector<Case> cases = {
-      {1, 200, 300, 2, 1, MaskSpec::causal_at(50, 100, 2, 3)},   // striped-like strides
-      {1, 150, 150, 2, 2, MaskSpec::causal_at(1, 0, 4, 4)},      // striped, rank 1 of 4
-      {1, 129, 257, 4, 2, MaskSpec::causal_at(-40, 0)},          // first 40 rows see nothing
-      {2, 64, 200, 2, 1, MaskSpec::causal_at(0, 1000)},          // no row sees a key
-      {1, 333, 77, 2, 2, MaskSpec::causal_at(500, 450, 1, 1)},   // partially visible chunk
+      {1, 200, 300, 2, 1, MaskSpec::causal_at(50, 100, 2, 3)},  // striped-like strides
+      {1, 150, 150, 2, 2, MaskSpec::causal_at(1, 0, 4, 4)},     // striped, rank 1 of 4
+      {1, 129, 257, 4, 2, MaskSpec::causal_at(-40, 0)},         // first 40 rows see nothing
+      {2, 64, 200, 2, 1, MaskSpec::causal_at(0, 1000)},         // no row sees a key
+      {1, 333, 77, 2, 2, MaskSpec::causal_at(500, 450, 1, 1)},  // partially visible chunk
   };
   for (DType dtype : {DType::kBF16}) {
     for (int64_t d : {64, 128}) {
@@ -230,7 +239,8 @@ TEST_F(AttnGpu, MasksByGlobalPositionsAndRowsWithoutKeys) {
         ReferenceResult f32 = reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), 0.1f);
         ReferenceResult low = reference_attention(q.h(), std::span<const KvChunk>(&chunk, 1), 0.1f,
                                                   ReferencePrecision::kInputRounding);
-        expect_within(compare(o.h(), lse.h(), f32), tolerance_for(f32, low, dtype), describe(c, dtype, d));
+        expect_within(compare(o.h(), lse.h(), f32), tolerance_for(f32, low, dtype),
+                      describe(c, dtype, d));
       }
     }
   }
@@ -262,13 +272,15 @@ TEST_F(AttnGpu, StridedViewsLeaveTheRestOfTheirBuffersAlone) {
   forward(packed.d(2, 0, Hq), packed.d(2, Hq, Hkv), packed.d(2, Hq + Hkv, Hkv), o_view(big_o.d()),
           lse_view(big_lse.d()), mask, 0.09f, stream_);
   Mirrored before_o{Tensor::empty({B, L, Hq + 2, D}, dtype, Device::cpu()), big_o.device};
-  Mirrored before_lse{Tensor::empty({B, Hq + 2, L + 5}, DType::kF32, Device::cpu()), big_lse.device};
+  Mirrored before_lse{Tensor::empty({B, Hq + 2, L + 5}, DType::kF32, Device::cpu()),
+                      big_lse.device};
   download(before_o);
   download(before_lse);
   KvChunk chunk{packed.h(2, Hq, Hkv), packed.h(2, Hq + Hkv, Hkv), mask};
-  ReferenceResult f32 = reference_attention(packed.h(2, 0, Hq), std::span<const KvChunk>(&chunk, 1), 0.09f);
-  ReferenceResult low = reference_attention(packed.h(2, 0, Hq), std::span<const KvChunk>(&chunk, 1), 0.09f,
-                                            ReferencePrecision::kInputRounding);
+  ReferenceResult f32 =
+      reference_attention(packed.h(2, 0, Hq), std::span<const KvChunk>(&chunk, 1), 0.09f);
+  ReferenceResult low = reference_attention(packed.h(2, 0, Hq), std::span<const KvChunk>(&chunk, 1),
+                                            0.09f, ReferencePrecision::kInputRounding);
   expect_within(compare(o_view(before_o.h()), lse_view(before_lse.h()), f32),
                 tolerance_for(f32, low, dtype), "strided views");
   int64_t touched = 0;
@@ -286,7 +298,8 @@ TEST_F(AttnGpu, StridedViewsLeaveTheRestOfTheirBuffersAlone) {
 }
 
 // Splits [0, Lkv) into n uneven chunks (none a multiple of a tile) with their own masks.
-std::vector<KvChunk> split_chunks(const TensorView& k, const TensorView& v, int n, const MaskSpec& mask) {
+std::vector<KvChunk> split_chunks(const TensorView& k, const TensorView& v, int n,
+                                  const MaskSpec& mask) {
   std::vector<KvChunk> chunks;
   const int64_t lkv = k.size(1);
   int64_t start = 0;
@@ -387,8 +400,8 @@ TEST_F(AttnGpu, SeveralJobsFoldInOneLaunchAndAcrossLaunches) {
     ReferenceResult f32 = reference_attention(qs[size_t(j)].h(), host_kv[size_t(j)], 0.125f);
     ReferenceResult low = reference_attention(qs[size_t(j)].h(), host_kv[size_t(j)], 0.125f,
                                               ReferencePrecision::kInputRounding);
-    expect_within(compare(sos[size_t(j)].h(), sls[size_t(j)].h(), f32), tolerance_for(f32, low, dtype),
-                  str("job ", j));
+    expect_within(compare(sos[size_t(j)].h(), sls[size_t(j)].h(), f32),
+                  tolerance_for(f32, low, dtype), str("job ", j));
   }
 }
 
@@ -448,8 +461,9 @@ TEST_F(AttnGpu, LongerSequenceSampledRows) {
       KvChunk all{k.h(), v.h(), m};
       ReferenceResult f32 = reference_attention(q.h(1, row, 1), std::span<const KvChunk>(&all, 1),
                                                 default_softmax_scale(D));
-      ReferenceResult low = reference_attention(q.h(1, row, 1), std::span<const KvChunk>(&all, 1),
-                                                default_softmax_scale(D), ReferencePrecision::kInputRounding);
+      ReferenceResult low =
+          reference_attention(q.h(1, row, 1), std::span<const KvChunk>(&all, 1),
+                              default_softmax_scale(D), ReferencePrecision::kInputRounding);
       expect_within(compare(o.h(1, row, 1), lse.h(2, row, 1), f32), tolerance_for(f32, low, dtype),
                     str("row ", row, mask.causal ? " causal" : ""));
     }
@@ -457,7 +471,8 @@ TEST_F(AttnGpu, LongerSequenceSampledRows) {
 }
 
 TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
-  auto expect_code = [](const std::function<void()>& fn, ErrorCode code, const std::string& needle) {
+  auto expect_code = [](const std::function<void()>& fn, ErrorCode code,
+                        const std::string& needle) {
     try {
       fn();
       ADD_FAILURE() << "expected an error naming '" << needle << "'";
@@ -475,12 +490,15 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
   Mirrored o32 = poisoned({1, 8, 2, 64}, DType::kF32);
   // Row stride 132 elements = 264 bytes: not a multiple of 16.
   Mirrored wide = random({1, 8, 1, 132}, DType::kBF16, 804);
-  TensorView k_odd(wide.device.data(), DType::kBF16, Device::cuda(0), {1, 8, 1, 128}, {8 * 132, 132, 132, 1});
+  TensorView k_odd(wide.device.data(), DType::kBF16, Device::cuda(0), {1, 8, 1, 128},
+                   {8 * 132, 132, 132, 1});
   const MaskSpec none = MaskSpec::none();
-  expect_code([&] { forward(q96.d(), q96.d(), q96.d(), o96.d(), TensorView(), none, 0.1f, stream_); },
-              ErrorCode::kUnsupported, "head dim 96");
-  expect_code([&] { forward(q32.d(), q32.d(), q32.d(), o32.d(), TensorView(), none, 0.1f, stream_); },
-              ErrorCode::kUnsupported, "q has dtype f32");
+  expect_code(
+      [&] { forward(q96.d(), q96.d(), q96.d(), o96.d(), TensorView(), none, 0.1f, stream_); },
+      ErrorCode::kUnsupported, "head dim 96");
+  expect_code(
+      [&] { forward(q32.d(), q32.d(), q32.d(), o32.d(), TensorView(), none, 0.1f, stream_); },
+      ErrorCode::kUnsupported, "q has dtype f32");
   expect_code([&] { forward(q.d(), k_odd, k_odd, o.d(), lse.d(), none, 0.1f, stream_); },
               ErrorCode::kUnsupported, "kv[0].k");
   expect_code([&] { forward(q.h(), q.d(), q.d(), o.d(), lse.d(), none, 0.1f, stream_); },

@@ -61,7 +61,8 @@ Naive naive(const TensorView& q, const TensorView& k, const TensorView& v, const
         for (int64_t j = 0; j < Lkv; ++j) {
           if (mask.masked(i, j)) continue;
           double dot = 0;
-          for (int64_t d = 0; d < D; ++d) dot += double(at4(q, b, i, h, d)) * at4(k, b, j, h / (Hq / Hkv), d);
+          for (int64_t d = 0; d < D; ++d)
+            dot += double(at4(q, b, i, h, d)) * at4(k, b, j, h / (Hq / Hkv), d);
           s[size_t(j)] = dot * scale;
           m = std::max(m, s[size_t(j)]);
         }
@@ -70,7 +71,8 @@ Naive naive(const TensorView& q, const TensorView& k, const TensorView& v, const
         for (int64_t j = 0; j < Lkv; ++j) sum += std::exp(s[size_t(j)] - m);
         for (int64_t d = 0; d < D; ++d) {
           double acc = 0;
-          for (int64_t j = 0; j < Lkv; ++j) acc += std::exp(s[size_t(j)] - m) * at4(v, b, j, h / (Hq / Hkv), d);
+          for (int64_t j = 0; j < Lkv; ++j)
+            acc += std::exp(s[size_t(j)] - m) * at4(v, b, j, h / (Hq / Hkv), d);
           n.o[size_t(((b * Lq + i) * Hq + h) * D + d)] = acc / sum;
         }
         n.lse[size_t((b * Hq + h) * Lq + i)] = m + std::log(sum);
@@ -128,7 +130,8 @@ TEST(AttnReference, ForwardMatchesNaiveFormula) {
         }
         auto [eo, el] = max_errors(o, lse, naive(q, k, v, mask, scale));
         const double tol_o = dtype == DType::kF32 ? 1e-5 : (dtype == DType::kBF16 ? 8e-3 : 1e-3);
-        EXPECT_LE(eo, tol_o) << dtype_name(dtype) << " lq " << s.lq << " lkv " << s.lkv << " causal " << causal;
+        EXPECT_LE(eo, tol_o) << dtype_name(dtype) << " lq " << s.lq << " lkv " << s.lkv
+                             << " causal " << causal;
         EXPECT_LE(el, 1e-5) << dtype_name(dtype) << " lq " << s.lq << " lkv " << s.lkv;
       }
     }
@@ -289,7 +292,8 @@ TEST(AttnReference, SeveralJobsInOneCallAndMerge) {
   forward(qb, halves[0].k, halves[0].v, ob, lb, MaskSpec::none(), 0.25f, cpu);
   for (int64_t i = 0; i < oa.view().numel(); ++i)
     EXPECT_NEAR(sao.data_as<float>()[i], load_as_float(oa.data(), DType::kF16, i), 1e-3);
-  for (int64_t i = 0; i < la.view().numel(); ++i) EXPECT_NEAR(sal.data_as<float>()[i], la.data_as<float>()[i], 1e-5);
+  for (int64_t i = 0; i < la.view().numel(); ++i)
+    EXPECT_NEAR(sal.data_as<float>()[i], la.data_as<float>()[i], 1e-5);
   for (int64_t i = 0; i < ob.view().numel(); ++i)
     EXPECT_NEAR(sbo.data_as<float>()[i], load_as_float(ob.data(), DType::kF16, i), 1e-3);
 
@@ -303,7 +307,8 @@ TEST(AttnReference, SeveralJobsInOneCallAndMerge) {
   merge(parts, mo, ml, cpu);
   for (int64_t i = 0; i < mo.view().numel(); ++i)
     EXPECT_NEAR(mo.data_as<float>()[i], load_as_float(oa.data(), DType::kF16, i), 2e-3);
-  for (int64_t i = 0; i < ml.view().numel(); ++i) EXPECT_NEAR(ml.data_as<float>()[i], la.data_as<float>()[i], 1e-5);
+  for (int64_t i = 0; i < ml.view().numel(); ++i)
+    EXPECT_NEAR(ml.data_as<float>()[i], la.data_as<float>()[i], 1e-5);
 }
 
 TEST(AttnReference, StridedViewsAndGqaMatchDenseCopies) {
@@ -344,15 +349,17 @@ TEST(AttnReference, StridedViewsAndGqaMatchDenseCopies) {
   for (int64_t b = 0; b < B; ++b)
     for (int64_t i = 0; i < L; ++i)
       for (int64_t h = 0; h < Hq; ++h)
-        for (int64_t d = 0; d < D; ++d) EXPECT_EQ(at4(o, b, i, h, d), at4(o_rep.view(), b, i, h, d));
+        for (int64_t d = 0; d < D; ++d)
+          EXPECT_EQ(at4(o, b, i, h, d), at4(o_rep.view(), b, i, h, d));
   // MQA: one KV head.
   Tensor o_mqa = filled({B, L, Hq, D}, DType::kBF16, NAN);
   Tensor l_mqa = filled({B, Hq, L}, DType::kF32, NAN);
   forward(q, packed.view().slice(2, Hq, 1), packed.view().slice(2, Hq + 1, 1), o_mqa, l_mqa,
           MaskSpec::none(), 0.3f, cpu);
-  auto [e_mqa, el_mqa] = max_errors(o_mqa, l_mqa, naive(q, packed.view().slice(2, Hq, 1),
-                                                        packed.view().slice(2, Hq + 1, 1),
-                                                        MaskSpec::none(), 0.3f));
+  auto [e_mqa, el_mqa] =
+      max_errors(o_mqa, l_mqa,
+                 naive(q, packed.view().slice(2, Hq, 1), packed.view().slice(2, Hq + 1, 1),
+                       MaskSpec::none(), 0.3f));
   EXPECT_LE(e_mqa, 8e-3);
   EXPECT_LE(el_mqa, 1e-5);
 }
@@ -366,7 +373,8 @@ TEST(AttnReference, ReferenceInInputPrecisionIsCloseButNotExact) {
   ReferenceResult low = reference_attention(q, std::span<const KvChunk>(&c, 1), 0.125f,
                                             ReferencePrecision::kInputRounding);
   double err = 0;
-  for (size_t i = 0; i < f32.o.size(); ++i) err = std::max(err, double(std::abs(f32.o[i] - low.o[i])));
+  for (size_t i = 0; i < f32.o.size(); ++i)
+    err = std::max(err, double(std::abs(f32.o[i] - low.o[i])));
   EXPECT_GT(err, 0.0);
   EXPECT_LT(err, 2e-2);
 }
@@ -413,7 +421,8 @@ TEST(AttnReference, ValidationNamesTheArgument) {
   expect_error_naming([&] { forward(q, k, v, o, lse, MaskSpec::causal_at(0, 0, 0, 1), 0.3f, cpu); },
                       "mask has q_stride 0");
   TensorView q_strided_d(q.data(), DType::kBF16, Device::cpu(), {1, 4, 2, 8}, {128, 32, 16, 2});
-  expect_error_naming([&] { forward(q_strided_d, k, v, o, lse, none, 0.3f, cpu); }, "stride 2 in D");
+  expect_error_naming([&] { forward(q_strided_d, k, v, o, lse, none, 0.3f, cpu); },
+                      "stride 2 in D");
   TensorView q_on_gpu(q.data(), DType::kBF16, Device::cuda(0), {1, 4, 4, 8});
   expect_error_naming([&] { forward(q_on_gpu, k, v, o, lse, none, 0.3f, cpu); }, "is on cuda:0");
   AttnState bad_state{o, lse};  // bf16 O is not a state
@@ -426,7 +435,8 @@ TEST(AttnReference, ValidationNamesTheArgument) {
       "state.o has dtype bf16");
   expect_error_naming([&] { merge({}, o, lse, cpu); }, "partials is empty");
   Partial p{o, lse_bad};
-  expect_error_naming([&] { merge(std::span<const Partial>(&p, 1), o, lse, cpu); }, "partials[0].lse");
+  expect_error_naming([&] { merge(std::span<const Partial>(&p, 1), o, lse, cpu); },
+                      "partials[0].lse");
 }
 
 }  // namespace

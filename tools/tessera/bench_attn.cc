@@ -139,13 +139,16 @@ double checksum(const Tensor& t) {
 }
 
 double flops(const AttnCase& c) {
-  const double full = 4.0 * double(c.batch) * double(c.heads_q) * double(c.head_dim) * double(c.len) * double(c.len);
+  const double full = 4.0 * double(c.batch) * double(c.heads_q) * double(c.head_dim) *
+                      double(c.len) * double(c.len);
   return c.causal ? full / 2 : full;
 }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+  return v.empty()
+             ? 0
+             : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
 }
 
 // Times fn() with events: warm-up, then enough iterations for ~target_ms (at least min_iters).
@@ -189,15 +192,18 @@ RowCheck check_rows(const AttnCase& c, const Tensor& q, const Tensor& k, const T
     for (int64_t h : {int64_t(0), c.heads_q - 1}) {
       const int64_t hk = h / (c.heads_q / c.heads_kv);
       const MaskSpec mask = c.causal ? MaskSpec::causal_at(row, 0) : MaskSpec::none();
-      KvChunk one{k.view().slice(0, 0, 1).slice(2, hk, 1), v.view().slice(0, 0, 1).slice(2, hk, 1), mask};
+      KvChunk one{k.view().slice(0, 0, 1).slice(2, hk, 1), v.view().slice(0, 0, 1).slice(2, hk, 1),
+                  mask};
       TensorView qrow = q.view().slice(0, 0, 1).slice(1, row, 1).slice(2, h, 1);
-      attn::ReferenceResult f32 = attn::reference_attention(qrow, std::span<const KvChunk>(&one, 1), scale);
-      attn::ReferenceResult low = attn::reference_attention(qrow, std::span<const KvChunk>(&one, 1), scale,
-                                                            attn::ReferencePrecision::kInputRounding);
+      attn::ReferenceResult f32 =
+          attn::reference_attention(qrow, std::span<const KvChunk>(&one, 1), scale);
+      attn::ReferenceResult low = attn::reference_attention(
+          qrow, std::span<const KvChunk>(&one, 1), scale, attn::ReferencePrecision::kInputRounding);
       double err_low = 0, noise = 0, err = 0;
       for (int64_t d = 0; d < c.head_dim; ++d) {
         const float ref = f32.o_at(0, 0, 0, d);
-        const float got = load_as_float(o.data(), c.dtype, ((row * c.heads_q) + h) * c.head_dim + d);
+        const float got =
+            load_as_float(o.data(), c.dtype, ((row * c.heads_q) + h) * c.head_dim + d);
         err_low = std::max(err_low, double(std::abs(round(low.o_at(0, 0, 0, d)) - ref)));
         noise = std::max(noise, double(std::abs(round(ref) - ref)));
         err = std::isfinite(got) ? std::max(err, double(std::abs(got - ref))) : INFINITY;
@@ -231,7 +237,8 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
   Tensor hv = make_input(kvshape, c.dtype, seed, 2);
   auto upload = [&](const Tensor& h) {
     if (dev.kind == DeviceKind::kCpu) return h;
-    Tensor d = Tensor::empty(std::vector<int64_t>{h.view().size(0), h.view().size(1), h.view().size(2), h.view().size(3)},
+    Tensor d = Tensor::empty(std::vector<int64_t>{h.view().size(0), h.view().size(1),
+                                                  h.view().size(2), h.view().size(3)},
                              h.view().dtype(), dev);
     copy_bytes(d.data(), h.data(), size_t(h.view().numel()) * h.view().element_size(), stream);
     return d;
@@ -259,7 +266,14 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
   auto forward_once = [&] { attn::forward(q, k, v, o, lse, mask, scale, stream); };
   forward_once();
   RowCheck fwd_check = download_check(o, lse);
-  Result fwd{c, "tessera sm90", 0, 0, fwd_check.ok, fwd_check.max_err, fwd_check.tolerance, checksum(hq) + checksum(hk) + checksum(hv)};
+  Result fwd{c,
+             "tessera sm90",
+             0,
+             0,
+             fwd_check.ok,
+             fwd_check.max_err,
+             fwd_check.tolerance,
+             checksum(hq) + checksum(hk) + checksum(hv)};
   fwd.median_us = time_us(stream, forward_once, warmup, min_iters, target_ms);
   fwd.tflops = flops(c) / (fwd.median_us * 1e-6) / 1e12;
   results.push_back(fwd);
@@ -282,10 +296,18 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
     attn::accumulate(q, chunks, state, scale, stream);
     attn::finalize(state, o, stream);
     RowCheck fold_check = download_check(o, lse);
-    Result fold{c, str("tessera fold", c.fold), 0, 0, fold_check.ok, fold_check.max_err, fold_check.tolerance, fwd.input_checksum};
+    Result fold{c,
+                str("tessera fold", c.fold),
+                0,
+                0,
+                fold_check.ok,
+                fold_check.max_err,
+                fold_check.tolerance,
+                fwd.input_checksum};
     // Timed: the accumulate launch alone (init_state/finalize are separate row kernels).
-    fold.median_us = time_us(stream, [&] { attn::accumulate(q, chunks, state, scale, stream); },
-                             warmup, min_iters, target_ms);
+    fold.median_us = time_us(
+        stream, [&] { attn::accumulate(q, chunks, state, scale, stream); }, warmup, min_iters,
+        target_ms);
     fold.tflops = flops(c) / (fold.median_us * 1e-6) / 1e12;
     results.push_back(fold);
   }
@@ -294,7 +316,8 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
 
 // Runs the anchor script and collects its "RESULT case impl median_us tflops ok checksum" lines.
 std::vector<Result> run_anchor(const std::string& command, const std::vector<AttnCase>& cases,
-                               uint32_t seed, int warmup, int min_iters, double target_ms, int check) {
+                               uint32_t seed, int warmup, int min_iters, double target_ms,
+                               int check) {
   std::string names;
   for (const AttnCase& c : cases) {
     if (c.fold > 0) continue;
@@ -302,9 +325,9 @@ std::vector<Result> run_anchor(const std::string& command, const std::vector<Att
   }
   std::vector<Result> out;
   if (names.empty()) return out;
-  const std::string cmd = str(command, " --cases ", names, " --seed ", seed, " --warmup ", warmup,
-                              " --min-iters ", min_iters, " --target-ms ", target_ms,
-                              " --check-rows ", check, " 2>&1");
+  const std::string cmd =
+      str(command, " --cases ", names, " --seed ", seed, " --warmup ", warmup, " --min-iters ",
+          min_iters, " --target-ms ", target_ms, " --check-rows ", check, " 2>&1");
   std::printf("# anchor: %s\n", cmd.c_str());
   std::fflush(stdout);
   FILE* pipe = popen(cmd.c_str(), "r");
@@ -314,7 +337,8 @@ std::vector<Result> run_anchor(const std::string& command, const std::vector<Att
     char name[256], impl[128];
     double us = 0, tf = 0, sum = 0;
     int ok = 0;
-    if (std::sscanf(line, "RESULT %255s %127s %lf %lf %d %lf", name, impl, &us, &tf, &ok, &sum) == 6) {
+    if (std::sscanf(line, "RESULT %255s %127s %lf %lf %d %lf", name, impl, &us, &tf, &ok, &sum) ==
+        6) {
       Result r;
       r.c = parse_case(name);
       r.impl = str("torch sdpa ", impl);
@@ -341,17 +365,20 @@ std::string gpu_name() {
 }
 
 int run_bench_attn(const std::vector<std::string>& args, int, char**) {
-  Options opt("bench attn", {
-                                {"cases", kDefaultCases, "comma list of b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>]"},
-                                {"seed", "1", "input generator seed (shared with the anchor)"},
-                                {"warmup", "3", "untimed calls per case"},
-                                {"min-iters", "10", "timed calls per case, at least"},
-                                {"target-ms", "400", "timed calls per case: about this much time"},
-                                {"check-rows", "4", "query rows checked against the f32 reference"},
-                                {"anchor", "python3 bench/anchors/torch_sdpa.py", "anchor command ('none': skip)"},
-                                {"json", "", "write records to this file"},
-                                {"cpu", "", "run on the cpu backend (tiny cases only)", true},
-                            });
+  Options opt(
+      "bench attn",
+      {
+          {"cases", kDefaultCases,
+           "comma list of b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>]"},
+          {"seed", "1", "input generator seed (shared with the anchor)"},
+          {"warmup", "3", "untimed calls per case"},
+          {"min-iters", "10", "timed calls per case, at least"},
+          {"target-ms", "400", "timed calls per case: about this much time"},
+          {"check-rows", "4", "query rows checked against the f32 reference"},
+          {"anchor", "python3 bench/anchors/torch_sdpa.py", "anchor command ('none': skip)"},
+          {"json", "", "write records to this file"},
+          {"cpu", "", "run on the cpu backend (tiny cases only)", true},
+      });
   opt.parse(args);
   if (opt.help_requested()) {
     std::printf("%s", opt.usage().c_str());
@@ -373,8 +400,9 @@ int run_bench_attn(const std::vector<std::string>& args, int, char**) {
   for (const AttnCase& c : cases) {
     auto rs = run_tessera_case(c, stream, seed, warmup, min_iters, target_ms, check);
     for (const Result& r : rs)
-      std::printf("  %-34s %-16s %10.1f us %8.1f TFLOP/s  %s (max err %.2e, tol %.2e)\n", c.name.c_str(),
-                  r.impl.c_str(), r.median_us, r.tflops, r.ok ? "ok" : "WRONG", r.max_err, r.tolerance);
+      std::printf("  %-34s %-16s %10.1f us %8.1f TFLOP/s  %s (max err %.2e, tol %.2e)\n",
+                  c.name.c_str(), r.impl.c_str(), r.median_us, r.tflops, r.ok ? "ok" : "WRONG",
+                  r.max_err, r.tolerance);
     std::fflush(stdout);
     mine.insert(mine.end(), rs.begin(), rs.end());
   }
@@ -389,7 +417,8 @@ int run_bench_attn(const std::vector<std::string>& args, int, char**) {
   };
   std::vector<BenchRecord> records;
   bool all_ok = true, inputs_match = true;
-  std::printf("\n# tessera bench attn on %s (TFLOP/s; causal counts half the pairs)\n", gpu.c_str());
+  std::printf("\n# tessera bench attn on %s (TFLOP/s; causal counts half the pairs)\n",
+              gpu.c_str());
   std::printf("# %-32s %-14s %10s %8s %8s %8s %8s %8s %s\n", "case", "impl", "median_us", "TFLOP/s",
               "cudnn", "flash", "x_cudnn", "x_flash", "ok");
   for (const Result& r : mine) {
@@ -402,7 +431,8 @@ int run_bench_attn(const std::vector<std::string>& args, int, char**) {
                 r.ok ? "ok" : "WRONG");
     all_ok &= r.ok;
     for (const Result* a : {cudnn, flash})
-      if (a && std::abs(a->input_checksum - r.input_checksum) > 1e-6 * (1 + std::abs(r.input_checksum)))
+      if (a &&
+          std::abs(a->input_checksum - r.input_checksum) > 1e-6 * (1 + std::abs(r.input_checksum)))
         inputs_match = false;
     BenchRecord rec;
     rec.bench = "attn";

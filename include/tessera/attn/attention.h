@@ -7,7 +7,8 @@
 //   q [B, Lq, Hq, D]     k, v [B, Lkv, Hkv, D]     Hq % Hkv == 0 (GQA / MQA with any ratio)
 //   o [B, Lq, Hq, D]     lse f32 [B, Hq, Lq]       (natural-log log-sum-exp of the scaled scores)
 // Attention of query row i (head h) over key rows j of every KV chunk given:
-//   s_ij = softmax_scale * <q_i, k_j>,  o_i = sum_j exp(s_ij - lse_i) v_j,  lse_i = log sum_j exp(s_ij)
+//   s_ij = softmax_scale * <q_i, k_j>,  o_i = sum_j exp(s_ij - lse_i) v_j,  lse_i = log sum_j
+//   exp(s_ij)
 // over the keys that are not masked; a row that sees no key gets o = 0 and lse = -inf.
 //
 // Chunked accumulation (what distributed attention needs): a running state per Q chunk, an
@@ -24,7 +25,8 @@
 //
 // cuda backend limits (checked, kUnsupported otherwise): bf16 or fp16 q/k/v, D in {64, 128},
 // every base pointer 16-byte aligned and every stride except D's a multiple of 16 bytes
-// (TMA's rule); o has q's dtype. The cpu backend also takes f32 q/k/v/o and any D.
+// (TMA's rule), for q, k, v, o and state.o; o has q's dtype. The cpu backend also takes f32
+// q/k/v/o and any D. Kernels and measurements: docs/attention-kernels.md.
 #pragma once
 
 #include <cstdint>
@@ -110,7 +112,8 @@ void accumulate(const TensorView& q, std::span<const KvChunk> kv, const AttnStat
 void accumulate(std::span<const AccumulateJob> jobs, float softmax_scale, const Stream& stream);
 // o = state.o in o's dtype (bf16, fp16 or f32); rows with lse = -inf give 0.
 void finalize(const AttnState& state, const TensorView& o, const Stream& stream);
-// o, lse = the merge of every partial (lse may be empty: not written). o of any float dtype.
+// o, lse = the merge of every partial (lse may be empty: not written). o of any float dtype;
+// o and lse may be those of one of the partials (in-place merge). At most 64 partials on cuda.
 void merge(std::span<const Partial> partials, const TensorView& o, const TensorView& lse,
            const Stream& stream);
 

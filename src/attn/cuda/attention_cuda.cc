@@ -80,9 +80,12 @@ ElementType element_of(DType dtype) {
 
 kernels::FloatType float_type_of(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return kernels::FloatType::kBF16;
-    case DType::kF16: return kernels::FloatType::kF16;
-    default: return kernels::FloatType::kF32;
+    case DType::kBF16:
+      return kernels::FloatType::kBF16;
+    case DType::kF16:
+      return kernels::FloatType::kF16;
+    default:
+      return kernels::FloatType::kF32;
   }
 }
 
@@ -120,10 +123,12 @@ void cuda_check_supported(const TensorView& t, const char* what, bool is_qkv) {
   TESSERA_CHECK(address % 16 == 0, ErrorCode::kUnsupported, what, " = ", t.to_string(),
                 " starts at ", t.data(), ": the cuda attention kernels need 16-byte aligned data");
   for (int d = 0; d < 3; ++d) {
-    if (t.size(d) == 1) continue;
-    TESSERA_CHECK((t.stride(d) * int64_t(t.element_size())) % 16 == 0, ErrorCode::kUnsupported,
-                  what, " = ", t.to_string(), " has stride ", t.stride(d), " in dim ", d,
-                  ": the cuda attention kernels need strides that are multiples of 16 bytes");
+    if (t.size(d) <= 1) continue;  // a stride that is never stepped does not matter
+    TESSERA_CHECK(
+        t.stride(d) > 0 && (t.stride(d) * int64_t(t.element_size())) % 16 == 0,
+        ErrorCode::kUnsupported, what, " = ", t.to_string(), " has stride ", t.stride(d),
+        " in dim ", d,
+        ": the cuda attention kernels need strides that are positive multiples of 16 bytes");
   }
 }
 
@@ -136,10 +141,13 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
   DeviceScope device_scope(stream.device().index);
   const ElementType element = element_of(q0.dtype());
   static const std::string variant = kAttnKernelVariant.get();  // read once: no hot-path allocation
-  kernels::AttentionLaunchFn launch = kernels::find_attention_kernel(element, int(head_dim), variant.c_str());
+  kernels::AttentionLaunchFn launch =
+      kernels::find_attention_kernel(element, int(head_dim), variant.c_str());
+  // A tuning variant registered for some (dtype, head dim) only: the rest run production.
+  if (launch == nullptr && !variant.empty())
+    launch = kernels::find_attention_kernel(element, int(head_dim), "");
   TESSERA_CHECK(launch != nullptr, ErrorCode::kUnsupported, "no cuda attention kernel for ",
                 dtype_name(q0.dtype()), " head dim ", head_dim,
-                variant.empty() ? std::string() : str(" variant '", variant, "'"),
                 " in this build (TESSERA_KERNEL_FILTER left it out?)");
 
   // Every job's non-empty chunks, cut into pieces of at most kMaxChunksPerLaunch.
@@ -177,7 +185,8 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
     for (size_t k = 0; k < pieces; ++k) {
       if (rounds.size() <= k) rounds.resize(k + 1);
       Piece piece{j, {}};
-      for (size_t c = k * kMaxChunksPerLaunch; c < std::min(chunks.size(), (k + 1) * kMaxChunksPerLaunch); ++c)
+      for (size_t c = k * kMaxChunksPerLaunch;
+           c < std::min(chunks.size(), (k + 1) * kMaxChunksPerLaunch); ++c)
         piece.chunks.push_back(chunks[c]);
       rounds[k].push_back(std::move(piece));
     }
@@ -242,9 +251,9 @@ void cuda_init_state(const AttnState& state, const Stream& stream) {
 
 void cuda_merge(std::span<const Partial> partials, const TensorView& o, const TensorView& lse,
                 const Stream& stream) {
-  TESSERA_CHECK_ARG(partials.size() <= size_t(kernels::kMaxMergePartials), "merge: ",
-                    partials.size(), " partials: expected at most ", kernels::kMaxMergePartials,
-                    " per call");
+  TESSERA_CHECK_ARG(partials.size() <= size_t(kernels::kMaxMergePartials),
+                    "merge: ", partials.size(), " partials: expected at most ",
+                    kernels::kMaxMergePartials, " per call");
   DeviceScope device_scope(stream.device().index);
   kernels::MergeDesc desc;
   desc.batch = o.size(0);

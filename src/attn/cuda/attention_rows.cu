@@ -1,6 +1,7 @@
 // Row kernels of the attention state: merge of (O, lse) partials (finalize is a merge of one
 // partial), and init_state. One warp per row (b, l, h); lanes stride over D.
-//   m = max_k lse_k,  w_k = exp(lse_k - m),  O = sum_k w_k O_k / sum_k w_k,  lse = m + log sum_k w_k
+//   m = max_k lse_k,  w_k = exp(lse_k - m),  O = sum_k w_k O_k / sum_k w_k,  lse = m + log sum_k
+//   w_k
 // all in fp32. Rows whose partials are all -inf get O = 0, lse = -inf. The output may alias a
 // partial (each warp reads its whole row before writing it). Memory-bound; no tiling needed.
 #include <cuda_bf16.h>
@@ -20,18 +21,27 @@ constexpr int kRowsPerBlock = 8;  // warps per block
 
 __device__ __forceinline__ float load_float(const RowTensor& t, int64_t offset) {
   switch (t.type) {
-    case FloatType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(t.data)[offset]);
-    case FloatType::kF16: return __half2float(static_cast<const __half*>(t.data)[offset]);
-    default: return static_cast<const float*>(t.data)[offset];
+    case FloatType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(t.data)[offset]);
+    case FloatType::kF16:
+      return __half2float(static_cast<const __half*>(t.data)[offset]);
+    default:
+      return static_cast<const float*>(t.data)[offset];
   }
 }
 
 __device__ __forceinline__ void store_float(const RowTensor& t, int64_t offset, float value) {
   void* data = const_cast<void*>(t.data);
   switch (t.type) {
-    case FloatType::kBF16: static_cast<__nv_bfloat16*>(data)[offset] = __float2bfloat16_rn(value); break;
-    case FloatType::kF16: static_cast<__half*>(data)[offset] = __float2half_rn(value); break;
-    default: static_cast<float*>(data)[offset] = value; break;
+    case FloatType::kBF16:
+      static_cast<__nv_bfloat16*>(data)[offset] = __float2bfloat16_rn(value);
+      break;
+    case FloatType::kF16:
+      static_cast<__half*>(data)[offset] = __float2half_rn(value);
+      break;
+    default:
+      static_cast<float*>(data)[offset] = value;
+      break;
   }
 }
 
@@ -94,10 +104,13 @@ __global__ void init_state_kernel(RowTensor o, LseTensor lse, int64_t batch, int
                 l * o.stride_l + h * o.stride_h;
   for (int64_t d = lane; d < head_dim; d += 32) orow[d] = 0.0f;
   if (lane == 0)
-    const_cast<float*>(lse.data)[b * lse.stride_b + h * lse.stride_h + l * lse.stride_l] = -INFINITY;
+    const_cast<float*>(lse.data)[b * lse.stride_b + h * lse.stride_h + l * lse.stride_l] =
+        -INFINITY;
 }
 
-unsigned grid_for_rows(int64_t rows) { return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+unsigned grid_for_rows(int64_t rows) {
+  return unsigned((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
 
 }  // namespace
 
@@ -114,7 +127,8 @@ void launch_init_state(const RowTensor& o, const LseTensor& lse, int64_t batch, 
   const int64_t rows = batch * len * heads;
   if (rows == 0) return;
   init_state_kernel<<<grid_for_rows(rows), 32 * kRowsPerBlock, 0,
-                      static_cast<cudaStream_t>(cuda_stream)>>>(o, lse, batch, len, heads, head_dim);
+                      static_cast<cudaStream_t>(cuda_stream)>>>(o, lse, batch, len, heads,
+                                                                head_dim);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
