@@ -739,11 +739,19 @@ void PlanExecutor::run_put(const Step& step, const StepState& st, const Stream& 
       copy_strided(packed, src, s);
       src = packed;
     }
+    // One transfer per group of equal runs at a constant pitch, not one per run: across
+    // machines each transfer pays the link's latency (and a launch).
     const size_t es = dtype_size(dst.dtype);
     auto* from = static_cast<const std::byte*>(src.data());
-    dst.for_each_run([&](int64_t offset, int64_t count) {
-      heap.put(symmetric_, size_t(offset) * es, from, size_t(count) * es, x.peer, s);
-      from += size_t(count) * es;
+    dst.for_each_pitched([&](int64_t offset, int64_t pitch, int64_t count, int64_t rows) {
+      const size_t row_bytes = size_t(count) * es;
+      if (rows == 1) {
+        heap.put(symmetric_, size_t(offset) * es, from, row_bytes, x.peer, s);
+      } else {
+        heap.put_2d(symmetric_, size_t(offset) * es, size_t(pitch) * es, from, row_bytes, row_bytes,
+                    size_t(rows), x.peer, s);
+      }
+      from += row_bytes * size_t(rows);
     });
   }
   if (step.signal_id >= 0) {
@@ -776,9 +784,15 @@ void PlanExecutor::run_get(const StepState& st, const Stream& s) {
     const TensorView target = dst.is_contiguous() ? dst : staging_view(x, Geometry::of(dst));
     const size_t es = dtype_size(src.dtype);
     auto* into = static_cast<std::byte*>(target.data());
-    src.for_each_run([&](int64_t offset, int64_t count) {
-      heap.get(into, symmetric_, size_t(offset) * es, size_t(count) * es, x.peer, s);
-      into += size_t(count) * es;
+    src.for_each_pitched([&](int64_t offset, int64_t pitch, int64_t count, int64_t rows) {
+      const size_t row_bytes = size_t(count) * es;
+      if (rows == 1) {
+        heap.get(into, symmetric_, size_t(offset) * es, row_bytes, x.peer, s);
+      } else {
+        heap.get_2d(into, row_bytes, symmetric_, size_t(offset) * es, size_t(pitch) * es, row_bytes,
+                    size_t(rows), x.peer, s);
+      }
+      into += row_bytes * size_t(rows);
     });
     if (!dst.is_contiguous()) copy_strided(dst, target, s);
   }

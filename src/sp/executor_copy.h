@@ -63,6 +63,51 @@ struct Geometry {
       if (d < 0) return;
     }
   }
+  // Calls fn(element offset of the first run, pitch in elements, run length in elements,
+  // rows) for the fewest groups of runs that are `rows` equal runs at a constant pitch, in
+  // row-major order (the runs of for_each_run, grouped). The innermost outer dim with more than
+  // one index gives the rows; outer dims before it join while their stride continues the
+  // pitch (stride = pitch * rows so far); the rest are iterated. A pitch below the run length
+  // (overlapping rows) is not a 2-D transfer: such runs come one by one (rows = 1).
+  template <typename Fn>
+  void for_each_pitched(Fn&& fn) const {
+    if (numel() == 0) return;
+    int inner = ndim;
+    int64_t run = 1;
+    while (inner > 0 && (shape[inner - 1] == 1 || stride[inner - 1] == run)) {
+      run *= shape[inner - 1];
+      --inner;
+    }
+    if (inner == 0) {
+      fn(offset, run, run, int64_t(1));
+      return;
+    }
+    // Dims [row_begin, inner) fold into rows at `pitch` (inner - 1 has shape > 1: it did not
+    // join the run).
+    const int64_t pitch = stride[inner - 1];
+    int64_t rows = shape[inner - 1];
+    int row_begin = inner - 1;
+    while (row_begin > 0 && (shape[row_begin - 1] == 1 || stride[row_begin - 1] == pitch * rows)) {
+      rows *= shape[row_begin - 1];
+      --row_begin;
+    }
+    if (pitch < run) {
+      for_each_run([&](int64_t off, int64_t count) { fn(off, count, count, int64_t(1)); });
+      return;
+    }
+    int64_t idx[4] = {0, 0, 0, 0};
+    while (true) {
+      int64_t off = offset;
+      for (int d = 0; d < row_begin; ++d) off += idx[d] * stride[d];
+      fn(off, pitch, run, rows);
+      int d = row_begin - 1;
+      for (; d >= 0; --d) {
+        if (++idx[d] < shape[d]) break;
+        idx[d] = 0;
+      }
+      if (d < 0) return;
+    }
+  }
 };
 
 // dst <- src (same shape and dtype; any strides). Both views must be on the stream's device

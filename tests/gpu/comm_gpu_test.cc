@@ -372,6 +372,57 @@ std::vector<uint8_t> pattern(int rank, size_t bytes, size_t skip = 0) {
   return p;
 }
 
+// Pitched transfers (put_2d / get_2d), collective: this rank puts rows into `to`'s buffer and
+// reads them back; `from` is the rank that puts into this rank's buffer. Two shapes: 240-byte
+// rows at 16-byte aligned pitches (whole vectors; paced pieces and CTA slices end mid-row), and
+// odd rows at odd offsets and pitches (byte heads and tails). Bytes between rows stay untouched.
+void check_pitched(SymmetricHeap& heap, RankContext& ctx, int to, int from,
+                   const std::string& what) {
+  const Stream& s = ctx.stream;
+  const int me = heap.rank();
+  struct Shape {
+    size_t offset, pitch, row_bytes, rows, local_pitch;
+  };
+  for (const Shape& sh : {Shape{16, 768, 240, 601, 240}, Shape{3, 29, 13, 9, 17}}) {
+    const std::string label = str(what, " (", sh.rows, " rows of ", sh.row_bytes, " bytes)");
+    const size_t span = sh.offset + (sh.rows - 1) * sh.pitch + sh.row_bytes;
+    SymmetricBuffer buf = heap.allocate(span + 8);
+    Tensor local = device_tensor(int64_t(sh.rows * sh.local_pitch), DType::kU8, ctx);
+    const std::vector<uint8_t> mine = pattern(me, sh.rows * sh.local_pitch);
+    upload(local.data(), mine);
+    EXPECT_EQ(cudaMemset(buf.local, 0xA5, span + 8), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    heap.barrier(s);
+    heap.put_2d(buf, sh.offset, sh.pitch, local.data(), sh.local_pitch, sh.row_bytes, sh.rows, to,
+                s);
+    heap.barrier(s);
+    s.synchronize();
+    const std::vector<uint8_t> theirs = pattern(from, sh.rows * sh.local_pitch);
+    std::vector<uint8_t> want(span + 8, 0xA5);
+    for (size_t r = 0; r < sh.rows; ++r) {
+      std::memcpy(want.data() + sh.offset + r * sh.pitch, theirs.data() + r * sh.local_pitch,
+                  sh.row_bytes);
+    }
+    expect_equal(download<uint8_t>(buf.local, span + 8), want, label + " put_2d");
+    // get_2d back from `to`: its buffer holds this rank's rows.
+    poison(local);
+    heap.get_2d(local.data(), sh.local_pitch, buf, sh.offset, sh.pitch, sh.row_bytes, sh.rows, to,
+                s);
+    s.synchronize();
+    const std::vector<uint8_t> got = download<uint8_t>(local.data(), sh.rows * sh.local_pitch);
+    for (size_t r = 0; r < sh.rows; ++r) {
+      for (size_t c = 0; c < sh.local_pitch; ++c) {
+        const uint8_t expected = c < sh.row_bytes ? mine[r * sh.local_pitch + c] : uint8_t(0xA5);
+        ASSERT_EQ(got[r * sh.local_pitch + c], expected)
+            << label << " get_2d: row " << r << ", byte " << c;
+      }
+    }
+    heap.barrier(s);
+    s.synchronize();
+  }
+  EXPECT_THROW(heap.put_2d(SymmetricBuffer{}, 0, 8, nullptr, 8, 16, 2, to, s), Error);
+}
+
 void run_heap_test(const std::string& transport) {
   auto ctx = make_context(options_with_heap(transport));
   ASSERT_NE(ctx->heap, nullptr);
@@ -459,6 +510,9 @@ void run_heap_test(const std::string& transport) {
   s.synchronize();
   expect_equal(download<uint8_t>(c.local, bytes), pattern(prev + 7, bytes),
                transport + " kernel store through peer_ptr");
+
+  // Pitched transfers: one cudaMemcpy2DAsync through the peer mapping.
+  check_pitched(heap, *ctx, next, prev, transport);
 
   // Many barriers in a row complete.
   for (int i = 0; i < 20; ++i) heap.barrier(s);
@@ -637,6 +691,9 @@ TEST(CommGpuWorker, EmulatedTwoMachines) {
   heap.get(staging.data(), a, 1, bytes, partner, s);
   s.synchronize();
   expect_equal(download<uint8_t>(staging.data(), bytes), pattern(me, bytes, 3), "paced get");
+
+  // Pitched paced transfers: one paced kernel each, bit-exact.
+  check_pitched(heap, *ctx, partner, partner, "paced");
 
   // A paced put of B bytes takes at least latency + B / bandwidth.
   const size_t timed_bytes = size_t(8) << 20;

@@ -49,6 +49,16 @@ class SymmetricHeap {
                    int peer, const Stream& s) = 0;
   virtual void get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes,
                    int peer, const Stream& s) = 0;
+  // Pitched (2-D) transfers: `rows` rows of `row_bytes` each; row r sits at
+  // dst_offset + r * dst_pitch in the symmetric buffer and at src + r * src_pitch locally (put;
+  // mirrored for get). One transfer, not `rows`: across emulated machines it is paced once for
+  // rows * row_bytes bytes plus one latency. Pitches must be >= row_bytes when rows > 1.
+  virtual void put_2d(const SymmetricBuffer& dst, size_t dst_offset, size_t dst_pitch,
+                      const void* src, size_t src_pitch, size_t row_bytes, size_t rows, int peer,
+                      const Stream& s) = 0;
+  virtual void get_2d(void* dst, size_t dst_pitch, const SymmetricBuffer& src, size_t src_offset,
+                      size_t src_pitch, size_t row_bytes, size_t rows, int peer,
+                      const Stream& s) = 0;
   virtual void put_with_signal(const SymmetricBuffer& dst, size_t dst_offset, const void* src,
                                size_t bytes, int peer, int signal_slot, SignalOp op,
                                uint64_t value, const Stream& s) = 0;
@@ -71,6 +81,13 @@ class SymmetricHeap {
   explicit SymmetricHeap(int num_signal_slots) : num_signal_slots_(num_signal_slots) {}
   void check_put_args(const SymmetricBuffer& buf, size_t offset, size_t bytes, int peer,
                       const char* op) const;
+  // check_put_args for a pitched transfer: the span offset + (rows - 1) * pitch + row_bytes
+  // lies in `buf`, both pitches are >= row_bytes (when rows > 1) and `local` is non-null when
+  // there are bytes. The names are "dst"/"src" as the caller sees them.
+  void check_put_2d_args(const SymmetricBuffer& buf, size_t offset, size_t pitch,
+                         const char* pitch_name, const void* local, size_t local_pitch,
+                         const char* local_name, size_t row_bytes, size_t rows, int peer,
+                         const char* op) const;
   void check_signal_slot(int slot, const char* op) const;
 
  private:

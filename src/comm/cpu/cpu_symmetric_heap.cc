@@ -175,6 +175,42 @@ void CpuSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_off
   pace(peer, bytes, start);
 }
 
+void CpuSymmetricHeap::put_2d(const SymmetricBuffer& dst, size_t dst_offset, size_t dst_pitch,
+                              const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
+                              int peer, const Stream& s) {
+  const auto start = CpuWorld::Clock::now();
+  check_cpu_stream(s, "put_2d");
+  check_put_2d_args(dst, dst_offset, dst_pitch, "dst_pitch", src, src_pitch, "src", row_bytes, rows,
+                    peer, "put_2d");
+  check_owned(dst, "put_2d");
+  if (rows > 0 && row_bytes > 0) {
+    std::byte* to = shared_->arena(peer) + dst.offset + dst_offset;
+    const auto* from = static_cast<const std::byte*>(src);
+    for (size_t r = 0; r < rows; ++r) {
+      std::memcpy(to + r * dst_pitch, from + r * src_pitch, row_bytes);
+    }
+  }
+  pace(peer, rows * row_bytes, start);
+}
+
+void CpuSymmetricHeap::get_2d(void* dst, size_t dst_pitch, const SymmetricBuffer& src,
+                              size_t src_offset, size_t src_pitch, size_t row_bytes, size_t rows,
+                              int peer, const Stream& s) {
+  const auto start = CpuWorld::Clock::now();
+  check_cpu_stream(s, "get_2d");
+  check_put_2d_args(src, src_offset, src_pitch, "src_pitch", dst, dst_pitch, "dst", row_bytes, rows,
+                    peer, "get_2d");
+  check_owned(src, "get_2d");
+  if (rows > 0 && row_bytes > 0) {
+    const std::byte* from = shared_->arena(peer) + src.offset + src_offset;
+    auto* to = static_cast<std::byte*>(dst);
+    for (size_t r = 0; r < rows; ++r) {
+      std::memcpy(to + r * dst_pitch, from + r * src_pitch, row_bytes);
+    }
+  }
+  pace(peer, rows * row_bytes, start);
+}
+
 void CpuSymmetricHeap::update_signal(int peer, int signal_slot, SignalOp op, uint64_t value) {
   std::atomic<uint64_t>& word = shared_->signal_word(peer, signal_slot);
   // Release: whatever this rank wrote before (the put's data) is visible to an acquire reader.

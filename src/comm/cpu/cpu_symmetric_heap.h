@@ -69,6 +69,11 @@ class CpuSymmetricHeap final : public SymmetricHeap {
            const Stream& s) override;
   void get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes, int peer,
            const Stream& s) override;
+  // A memcpy per row, paced once for rows * row_bytes.
+  void put_2d(const SymmetricBuffer& dst, size_t dst_offset, size_t dst_pitch, const void* src,
+              size_t src_pitch, size_t row_bytes, size_t rows, int peer, const Stream& s) override;
+  void get_2d(void* dst, size_t dst_pitch, const SymmetricBuffer& src, size_t src_offset,
+              size_t src_pitch, size_t row_bytes, size_t rows, int peer, const Stream& s) override;
   void put_with_signal(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes,
                        int peer, int signal_slot, SignalOp op, uint64_t value,
                        const Stream& s) override;

@@ -209,6 +209,71 @@ void CudaSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_of
   }
 }
 
+void CudaSymmetricHeap::put_2d(const SymmetricBuffer& dst, size_t dst_offset, size_t dst_pitch,
+                               const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
+                               int peer, const Stream& s) {
+  check_put_2d_args(dst, dst_offset, dst_pitch, "dst_pitch", src, src_pitch, "src", row_bytes, rows,
+                    peer, "put_2d");
+  check_buffer(dst, "put_2d", "dst");
+  cudaStream_t stream = stream_of(s, "put_2d");
+  if (rows == 0 || row_bytes == 0) return;
+  if (rows == 1) dst_pitch = src_pitch = row_bytes;  // unused; keeps cudaMemcpy2D's checks happy
+  const size_t offset = dst.offset + dst_offset;
+  if (is_paced(peer)) {
+    launch_paced_copy_2d(require_peer_base(peer, "put_2d") + offset, dst_pitch, src, src_pitch,
+                         row_bytes, rows, topology_.cross_link, stream);
+  } else {
+    direct_put_2d(offset, dst_pitch, src, src_pitch, row_bytes, rows, peer, stream);
+  }
+}
+
+void CudaSymmetricHeap::get_2d(void* dst, size_t dst_pitch, const SymmetricBuffer& src,
+                               size_t src_offset, size_t src_pitch, size_t row_bytes, size_t rows,
+                               int peer, const Stream& s) {
+  check_put_2d_args(src, src_offset, src_pitch, "src_pitch", dst, dst_pitch, "dst", row_bytes, rows,
+                    peer, "get_2d");
+  check_buffer(src, "get_2d", "src");
+  cudaStream_t stream = stream_of(s, "get_2d");
+  if (rows == 0 || row_bytes == 0) return;
+  if (rows == 1) dst_pitch = src_pitch = row_bytes;
+  const size_t offset = src.offset + src_offset;
+  if (is_paced(peer)) {
+    launch_paced_copy_2d(dst, dst_pitch, require_peer_base(peer, "get_2d") + offset, src_pitch,
+                         row_bytes, rows, topology_.cross_link, stream);
+  } else {
+    direct_get_2d(dst, dst_pitch, offset, src_pitch, row_bytes, rows, peer, stream);
+  }
+}
+
+void CudaSymmetricHeap::direct_put_2d(size_t dst_offset, size_t dst_pitch, const void* src,
+                                      size_t src_pitch, size_t row_bytes, size_t rows, int peer,
+                                      cudaStream_t stream) {
+  if (unsigned char* base = peer_bases_[peer]) {
+    TESSERA_HEAP_CUDA_CHECK(cudaMemcpy2DAsync(base + dst_offset, dst_pitch, src, src_pitch,
+                                              row_bytes, rows, cudaMemcpyDefault, stream));
+    return;
+  }
+  // No load/store mapping (a real remote host): the transport moves one row per call.
+  const auto* from = static_cast<const unsigned char*>(src);
+  for (size_t r = 0; r < rows; ++r) {
+    direct_put(dst_offset + r * dst_pitch, from + r * src_pitch, row_bytes, peer, stream);
+  }
+}
+
+void CudaSymmetricHeap::direct_get_2d(void* dst, size_t dst_pitch, size_t src_offset,
+                                      size_t src_pitch, size_t row_bytes, size_t rows, int peer,
+                                      cudaStream_t stream) {
+  if (const unsigned char* base = peer_bases_[peer]) {
+    TESSERA_HEAP_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, base + src_offset, src_pitch,
+                                              row_bytes, rows, cudaMemcpyDefault, stream));
+    return;
+  }
+  auto* into = static_cast<unsigned char*>(dst);
+  for (size_t r = 0; r < rows; ++r) {
+    direct_get(into + r * dst_pitch, src_offset + r * src_pitch, row_bytes, peer, stream);
+  }
+}
+
 void CudaSymmetricHeap::put_with_signal(const SymmetricBuffer& dst, size_t dst_offset,
                                         const void* src, size_t bytes, int peer, int signal_slot,
                                         SignalOp op, uint64_t value, const Stream& s) {

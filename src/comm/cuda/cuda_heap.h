@@ -50,6 +50,11 @@ class CudaSymmetricHeap : public SymmetricHeap {
            const Stream& s) override;
   void get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes, int peer,
            const Stream& s) override;
+  // Paced peers: one pitched paced copy. Other peers: direct_put_2d / direct_get_2d.
+  void put_2d(const SymmetricBuffer& dst, size_t dst_offset, size_t dst_pitch, const void* src,
+              size_t src_pitch, size_t row_bytes, size_t rows, int peer, const Stream& s) override;
+  void get_2d(void* dst, size_t dst_pitch, const SymmetricBuffer& src, size_t src_offset,
+              size_t src_pitch, size_t row_bytes, size_t rows, int peer, const Stream& s) override;
   void put_with_signal(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes,
                        int peer, int signal_slot, SignalOp op, uint64_t value,
                        const Stream& s) override;
@@ -86,6 +91,13 @@ class CudaSymmetricHeap : public SymmetricHeap {
                           cudaStream_t stream) = 0;
   virtual void direct_get(void* dst, size_t src_offset, size_t bytes, int peer,
                           cudaStream_t stream) = 0;
+  // Pitched transfers between ranks of one machine (rows > 0, row_bytes > 0). The default is
+  // one cudaMemcpy2DAsync through the peer's mapped arena, or, for a peer with no mapping (an
+  // NVSHMEM peer on another real host), one direct_put / direct_get per row.
+  virtual void direct_put_2d(size_t dst_offset, size_t dst_pitch, const void* src, size_t src_pitch,
+                             size_t row_bytes, size_t rows, int peer, cudaStream_t stream);
+  virtual void direct_get_2d(void* dst, size_t dst_pitch, size_t src_offset, size_t src_pitch,
+                             size_t row_bytes, size_t rows, int peer, cudaStream_t stream);
   virtual void direct_put_with_signal(size_t dst_offset, const void* src, size_t bytes, int peer,
                                       int signal_word, SignalOp op, uint64_t value,
                                       cudaStream_t stream) = 0;

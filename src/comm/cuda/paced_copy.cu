@@ -25,10 +25,17 @@ constexpr int kMaxCtas = 32;
 constexpr double kCtaGbps = 8.0;  // what one CTA is planned to move (remote reads bound it)
 constexpr size_t kMinSliceBytes = 65536;
 
+// rows x row_bytes; row r at dst + r * dst_pitch and src + r * src_pitch. A 1-D copy is one
+// row. Bytes are numbered in row-major order (byte b is column b % row_bytes of row
+// b / row_bytes): slices, pieces and pacing count these packed bytes, not the pitched span.
 struct PacedCopyParams {
   unsigned char* dst;
   const unsigned char* src;
-  size_t bytes;
+  size_t dst_pitch;
+  size_t src_pitch;
+  size_t row_bytes;
+  size_t bytes;        // rows * row_bytes
+  bool whole_vectors;  // every row starts V-aligned on both sides and row_bytes % V == 0
   size_t slice_bytes;  // per CTA
   uint64_t latency_ns;
   double cta_bytes_per_ns;  // 0: no bandwidth pacing
@@ -83,6 +90,50 @@ __device__ __forceinline__ void copy_range(unsigned char* dst, const unsigned ch
   for (size_t j = aligned_end + tid; j < end; j += stride) dst[j] = src[j];
 }
 
+// Copies packed bytes [begin, end) of a pitched copy by the block.
+template <typename V>
+__device__ __forceinline__ void copy_pitched(const PacedCopyParams& p, size_t begin, size_t end) {
+  if (p.whole_vectors) {
+    // All threads stride over the piece's vectors across row boundaries, so short rows (a few
+    // hundred bytes) still keep the block busy. begin and end are multiples of sizeof(V).
+    constexpr size_t kWidth = sizeof(V);
+    const size_t vectors_per_row = p.row_bytes / kWidth;
+    const size_t first = begin / kWidth;
+    const size_t count = (end - begin) / kWidth;
+    const size_t stride = blockDim.x;
+    size_t i = threadIdx.x;
+    auto load = [&](size_t k, size_t& row, size_t& col) {
+      row = (first + k) / vectors_per_row;
+      col = (first + k) - row * vectors_per_row;
+      return reinterpret_cast<const V*>(p.src + row * p.src_pitch)[col];
+    };
+    auto store = [&](size_t row, size_t col, const V& v) {
+      reinterpret_cast<V*>(p.dst + row * p.dst_pitch)[col] = v;
+    };
+    // Two loads in flight per thread before the stores (remote reads are slow; see copy_range).
+    for (; i + stride < count; i += 2 * stride) {
+      size_t r0, c0, r1, c1;
+      const V v0 = load(i, r0, c0);
+      const V v1 = load(i + stride, r1, c1);
+      store(r0, c0, v0);
+      store(r1, c1, v1);
+    }
+    for (; i < count; i += stride) {
+      size_t r, c;
+      const V v = load(i, r, c);
+      store(r, c, v);
+    }
+    return;
+  }
+  // General case: row by row, with byte heads and tails (rows are co-aligned to sizeof(V)).
+  for (size_t row = begin / p.row_bytes; row * p.row_bytes < end; ++row) {
+    const size_t row_begin = row * p.row_bytes;
+    const size_t from = begin > row_begin ? begin - row_begin : 0;
+    const size_t to = std::min(p.row_bytes, end - row_begin);
+    copy_range<V>(p.dst + row * p.dst_pitch, p.src + row * p.src_pitch, from, to);
+  }
+}
+
 template <typename V>
 __global__ void __launch_bounds__(kThreads) paced_copy_kernel(PacedCopyParams p) {
   __shared__ uint64_t start_ns;
@@ -103,33 +154,45 @@ __global__ void __launch_bounds__(kThreads) paced_copy_kernel(PacedCopyParams p)
       }
       __syncthreads();
     }
-    copy_range<V>(p.dst, p.src, piece, piece_end);
+    copy_pitched<V>(p, piece, piece_end);
   }
   // The data is visible system-wide before any later signal on this stream.
   __threadfence_system();
 }
 
-int vector_width(const void* dst, const void* src) {
+// The widest vector at which every row of dst and src is co-aligned: the bases agree modulo
+// the width and so do the pitches.
+int vector_width(const void* dst, const void* src, size_t dst_pitch, size_t src_pitch) {
   const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
   const uintptr_t s = reinterpret_cast<uintptr_t>(src);
   for (int width : {16, 8, 4, 2}) {
-    if (d % width == s % width) return width;
+    if (d % width == s % width && dst_pitch % width == src_pitch % width) return width;
   }
   return 1;
 }
 
-void launch(void* dst, const void* src, size_t bytes, double bandwidth_gbps, double latency_us,
-            cudaStream_t stream) {
+void launch(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+            size_t rows, double bandwidth_gbps, double latency_us, cudaStream_t stream) {
+  const size_t bytes = rows * row_bytes;
   if (bytes == 0) return;  // nothing to deliver; a following signal carries the latency
+  if (rows == 1) dst_pitch = src_pitch = row_bytes;
   const int num_ctas = paced_copy_num_ctas(bytes, bandwidth_gbps);
   PacedCopyParams p{};
   p.dst = static_cast<unsigned char*>(dst);
   p.src = static_cast<const unsigned char*>(src);
+  p.dst_pitch = dst_pitch;
+  p.src_pitch = src_pitch;
+  p.row_bytes = row_bytes;
   p.bytes = bytes;
   p.slice_bytes = std::max<size_t>(16, ((bytes + num_ctas - 1) / num_ctas + 15) / 16 * 16);
   p.latency_ns = latency_us > 0 ? uint64_t(std::llround(latency_us * 1000.0)) : 0;
   p.cta_bytes_per_ns = bandwidth_gbps > 0 ? bandwidth_gbps / num_ctas : 0.0;
-  switch (vector_width(dst, src)) {
+  const int width = vector_width(dst, src, dst_pitch, src_pitch);
+  // Slices and pieces are multiples of 16 bytes, so with whole vectors per row every piece
+  // starts and ends on a vector. One row keeps the general path (the plain 1-D copy).
+  p.whole_vectors = rows > 1 && reinterpret_cast<uintptr_t>(dst) % width == 0 &&
+                    dst_pitch % width == 0 && row_bytes % width == 0;
+  switch (width) {
     case 16:
       paced_copy_kernel<uint4><<<num_ctas, kThreads, 0, stream>>>(p);
       break;
@@ -166,13 +229,31 @@ void launch_paced_copy(void* dst, const void* src, size_t bytes, const LinkSpec&
       std::isfinite(link.bandwidth_gbps) && std::isfinite(link.latency_us) && link.latency_us >= 0,
       "emulated link (bandwidth ", link.bandwidth_gbps, " GB/s, latency ", link.latency_us,
       " us): expected finite values and latency >= 0");
-  launch(dst, src, bytes, link.bandwidth_gbps, link.latency_us, stream);
+  launch(dst, bytes, src, bytes, bytes, 1, link.bandwidth_gbps, link.latency_us, stream);
+}
+
+void launch_paced_copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                          size_t row_bytes, size_t rows, const LinkSpec& link,
+                          cudaStream_t stream) {
+  const bool empty = rows == 0 || row_bytes == 0;
+  TESSERA_CHECK_ARG(empty || (dst != nullptr && src != nullptr), "paced 2-D copy of ", rows,
+                    " rows of ", row_bytes, " bytes: dst=", dst, ", src=", src,
+                    "; expected device pointers");
+  TESSERA_CHECK_ARG(empty || rows == 1 || (dst_pitch >= row_bytes && src_pitch >= row_bytes),
+                    "paced 2-D copy of ", rows, " rows of ", row_bytes, " bytes: dst_pitch ",
+                    dst_pitch, ", src_pitch ", src_pitch, "; expected pitches >= row_bytes");
+  TESSERA_CHECK_ARG(
+      std::isfinite(link.bandwidth_gbps) && std::isfinite(link.latency_us) && link.latency_us >= 0,
+      "emulated link (bandwidth ", link.bandwidth_gbps, " GB/s, latency ", link.latency_us,
+      " us): expected finite values and latency >= 0");
+  launch(dst, dst_pitch, src, src_pitch, row_bytes, rows, link.bandwidth_gbps, link.latency_us,
+         stream);
 }
 
 void launch_peer_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
   TESSERA_CHECK_ARG(bytes == 0 || (dst != nullptr && src != nullptr), "peer copy of ", bytes,
                     " bytes: dst=", dst, ", src=", src, "; expected device pointers");
-  launch(dst, src, bytes, 0.0, 0.0, stream);
+  launch(dst, bytes, src, bytes, bytes, 1, 0.0, 0.0, stream);
 }
 
 }  // namespace tessera::cuda_comm

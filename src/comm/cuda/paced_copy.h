@@ -6,6 +6,9 @@
 // slice and releases it piece by piece at the slice's share of the bandwidth, so the slowest
 // slice (the largest) finishes at latency + B / bandwidth. Copies use the widest vector (16,
 // 8, 4, 2 or 1 bytes) at which dst and src are co-aligned, with byte-wise heads and tails.
+// A pitched (2-D) copy of rows x row_bytes is one kernel paced once on the packed bytes
+// rows * row_bytes (one latency, not one per row); when every row is aligned to the vector, the
+// block's threads stride over vectors across rows, so short rows still use the whole block.
 // The kernel ends with a system fence, so a signal written after it on the same stream (by
 // signal_kernels) is ordered after the data.
 #pragma once
@@ -23,6 +26,12 @@ namespace tessera::cuda_comm {
 // A link with bandwidth_gbps <= 0 is not paced in bandwidth; latency_us still applies.
 void launch_paced_copy(void* dst, const void* src, size_t bytes, const LinkSpec& link,
                        cudaStream_t stream);
+
+// The pitched copy: `rows` rows of `row_bytes`, row r from src + r * src_pitch to
+// dst + r * dst_pitch (pitches >= row_bytes when rows > 1), paced as one transfer of
+// rows * row_bytes bytes. Nothing is enqueued when rows * row_bytes == 0.
+void launch_paced_copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                          size_t row_bytes, size_t rows, const LinkSpec& link, cudaStream_t stream);
 
 // The same kernel with no pacing: a plain SM copy (used for load/store access through peer
 // pointers, e.g. by tests that check peer_ptr).
