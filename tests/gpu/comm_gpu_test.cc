@@ -25,6 +25,7 @@
 
 // A kernel that loads and stores through peer pointers, for the peer_ptr test (internal API).
 #include "../../src/comm/cuda/paced_copy.h"
+#include "gpu/gpu_workers.h"
 #include "tessera/comm/bootstrap.h"
 #include "tessera/comm/communicator.h"
 #include "tessera/comm/context.h"
@@ -42,34 +43,15 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Parent side
 
-std::string self_executable() {
-  char path[PATH_MAX] = {};
-  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  return n > 0 ? std::string(path, size_t(n)) : std::string();
-}
-
-int num_gpus_for_test() {
-  return std::min(cuda_device_count(), 8);
-}
+int num_gpus_for_test() { return testing::gpus_for_test(8); }
 
 // Runs CommGpuWorker.<test> on `num_ranks` processes; fails when any worker fails.
 void run_workers(const std::string& test, int num_ranks,
                  std::vector<std::pair<std::string, std::string>> env = {}) {
-  std::vector<std::string> args = {self_executable(), "--gtest_filter=CommGpuWorker." + test};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  if (std::getenv("TESSERA_TIMEOUT_MS") == nullptr) env.push_back({"TESSERA_TIMEOUT_MS", "30000"});
-  const int status = launch_local_workers(num_ranks, int(args.size()), argv.data(), env);
-  EXPECT_EQ(status, 0) << "worker test CommGpuWorker." << test << " failed on a rank of "
-                       << num_ranks << " (its output is above)";
+  testing::run_gpu_workers("CommGpuWorker", test, num_ranks, 30000, std::move(env));
 }
 
-#define REQUIRE_GPUS(n)                                                                  \
-  do {                                                                                   \
-    if (num_gpus_for_test() < (n))                                                       \
-      GTEST_SKIP() << "needs " << (n) << " GPUs, " << num_gpus_for_test() << " visible"; \
-  } while (0)
+#define REQUIRE_GPUS(n) TESSERA_REQUIRE_GPUS(num_gpus_for_test(), n)
 
 TEST(CommGpu, Collectives) {
   REQUIRE_GPUS(2);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tessera/attn/reference.h"
+#include "gpu/gpu_workers.h"
 #include "tessera/comm/bootstrap.h"
 #include "tessera/comm/context.h"
 #include "tessera/core/buffer.h"
@@ -38,33 +39,15 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Parent side
 
-std::string self_executable() {
-  char path[PATH_MAX] = {};
-  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
-  return n > 0 ? std::string(path, size_t(n)) : std::string();
+int num_gpus_for_test() { return testing::gpus_for_test(4); }
+
+// Runs SpGpuWorker.<test> on `num_ranks` processes; fails when any worker fails.
+void run_workers(const std::string& test, int num_ranks,
+                 std::vector<std::pair<std::string, std::string>> env = {}) {
+  testing::run_gpu_workers("SpGpuWorker", test, num_ranks, 60000, std::move(env));
 }
 
-int num_gpus_for_test() {
-  return std::min(cuda_device_count(), 4);
-}
-
-void run_workers(const std::string& test, int num_ranks) {
-  std::vector<std::string> args = {self_executable(), "--gtest_filter=SpGpuWorker." + test};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::pair<std::string, std::string>> env;
-  if (std::getenv("TESSERA_TIMEOUT_MS") == nullptr) env.push_back({"TESSERA_TIMEOUT_MS", "60000"});
-  const int status = launch_local_workers(num_ranks, int(args.size()), argv.data(), env);
-  EXPECT_EQ(status, 0) << "worker test SpGpuWorker." << test << " failed on a rank of " << num_ranks
-                       << " (its output is above)";
-}
-
-#define REQUIRE_GPUS(n)                                                                  \
-  do {                                                                                   \
-    if (num_gpus_for_test() < (n))                                                       \
-      GTEST_SKIP() << "needs " << (n) << " GPUs, " << num_gpus_for_test() << " visible"; \
-  } while (0)
+#define REQUIRE_GPUS(n) TESSERA_REQUIRE_GPUS(num_gpus_for_test(), n)
 
 TEST(SpGpu, EveryMethodBf16) {
   REQUIRE_GPUS(2);
