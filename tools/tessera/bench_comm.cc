@@ -78,15 +78,6 @@ struct Case {
   std::function<void()> settle;  // after iterations, before verify (e.g. a heap barrier)
 };
 
-class HostPattern {
- public:
-  explicit HostPattern(size_t elements) : data_(elements) {}
-  std::vector<int32_t>& data() { return data_; }
-
- private:
-  std::vector<int32_t> data_;
-};
-
 void upload(const Tensor& t, const std::vector<int32_t>& host, const Stream& s) {
   copy_bytes(t.data(), host.data(), host.size() * sizeof(int32_t), s);
   s.synchronize();
@@ -107,6 +98,13 @@ double median(std::vector<double> v) {
 class CommBench {
  public:
   CommBench(RankContext& ctx, const Options& opt) : ctx_(ctx), opt_(opt) {}
+
+  // A second heap measured next to ctx.heap (e.g. CUDA IPC next to NVSHMEM).
+  void add_heap(std::unique_ptr<SymmetricHeap> heap) { extra_heap_ = std::move(heap); }
+  // Allocates the symmetric buffers once, at the largest size, before any case runs.
+  void reserve_heap_buffers(size_t bytes) {
+    for (SymmetricHeap* h : heaps()) heap_buffer(*h, bytes);
+  }
 
   std::vector<OpResult> run(const std::vector<std::string>& ops, const std::vector<size_t>& sizes) {
     std::vector<OpResult> results;
@@ -141,10 +139,6 @@ class CommBench {
     return h;
   }
 
- public:
-  void add_heap(std::unique_ptr<SymmetricHeap> heap) { extra_heap_ = std::move(heap); }
-
- private:
   OpResult time_case(const std::string& op, const std::string& impl, const std::string& pattern,
                      const std::string& link, size_t bytes, double bus_factor, Case& c) {
     const Stream& s = ctx_.stream;
@@ -322,12 +316,6 @@ class CommBench {
     return slot;
   }
 
- public:
-  void reserve_heap_buffers(size_t bytes) {
-    for (SymmetricHeap* h : heaps()) heap_buffer(*h, bytes);
-  }
-
- private:
   RankContext& ctx_;
   const Options& opt_;
   std::unique_ptr<SymmetricHeap> extra_heap_;
