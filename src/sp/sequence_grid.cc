@@ -223,6 +223,41 @@ struct Exchange {
     by_rank[t.dst_rank].push_back(t);
   }
 };
+
+const std::vector<Transfer>& by_rank_of(const Exchange& ex, int rank) {
+  static const std::vector<Transfer> kNone;
+  auto it = ex.by_rank.find(rank);
+  return it == ex.by_rank.end() ? kNone : it->second;
+}
+
+// One step per rank of `ranks` for an exchange: puts of the transfers it sources (one-sided),
+// else its sends and receives (no groups), else an all-to-all over groups[i].
+void add_exchange_steps(PlanBuilder& builder, int comm_stream, const Exchange& ex,
+                        const std::vector<int>& ranks, const std::vector<std::vector<int>>& groups,
+                        bool one_sided, const std::string& note) {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int x = ranks[i];
+    Step step;
+    step.stream = comm_stream;
+    step.note = note;
+    if (one_sided) {
+      step.kind = StepKind::kPut;
+      for (const Transfer& t : by_rank_of(ex, x)) {
+        if (t.src_rank == x) step.transfers.push_back(t);
+      }
+      if (step.transfers.empty()) continue;
+    } else if (groups.empty()) {
+      step.kind = StepKind::kSendRecv;
+      step.transfers = by_rank_of(ex, x);
+      if (step.transfers.empty()) continue;
+    } else {
+      step.kind = StepKind::kAllToAll;
+      step.group = groups[i];
+      step.transfers = by_rank_of(ex, x);
+    }
+    builder.add(x, std::move(step));
+  }
+}
 }  // namespace
 
 void GridPlanner::exchange_inputs(const std::vector<int>& ranks,
@@ -252,28 +287,7 @@ void GridPlanner::exchange_inputs(const std::vector<int>& ranks,
       }
     }
   }
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const int x = ranks[i];
-    Step step;
-    step.stream = comm_stream_;
-    step.note = note;
-    if (one_sided) {
-      step.kind = StepKind::kPut;
-      for (const Transfer& t : ex.by_rank[x]) {
-        if (t.src_rank == x) step.transfers.push_back(t);
-      }
-      if (step.transfers.empty()) continue;
-    } else if (groups.empty()) {
-      step.kind = StepKind::kSendRecv;
-      step.transfers = ex.by_rank[x];
-      if (step.transfers.empty()) continue;
-    } else {
-      step.kind = StepKind::kAllToAll;
-      step.group = groups[i];
-      step.transfers = ex.by_rank[x];
-    }
-    b_.add(x, std::move(step));
-  }
+  add_exchange_steps(b_, comm_stream_, ex, ranks, groups, one_sided, note);
 }
 
 void GridPlanner::exchange_outputs(const std::vector<int>& ranks,
@@ -294,28 +308,7 @@ void GridPlanner::exchange_outputs(const std::vector<int>& ranks,
       }
     }
   }
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const int x = ranks[i];
-    Step step;
-    step.stream = comm_stream_;
-    step.note = note;
-    if (one_sided) {
-      step.kind = StepKind::kPut;
-      for (const Transfer& t : ex.by_rank[x]) {
-        if (t.src_rank == x) step.transfers.push_back(t);
-      }
-      if (step.transfers.empty()) continue;
-    } else if (groups.empty()) {
-      step.kind = StepKind::kSendRecv;
-      step.transfers = ex.by_rank[x];
-      if (step.transfers.empty()) continue;
-    } else {
-      step.kind = StepKind::kAllToAll;
-      step.group = groups[i];
-      step.transfers = ex.by_rank[x];
-    }
-    b_.add(x, std::move(step));
-  }
+  add_exchange_steps(b_, comm_stream_, ex, ranks, groups, one_sided, note);
 }
 
 int GridPlanner::pull_inputs(int x, const std::vector<int>& members, bool pull_q, bool pull_kv,
