@@ -3,6 +3,7 @@
 #include "executor.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <mutex>
 #include <set>
@@ -350,7 +351,15 @@ void PlanExecutor::plan_staging() {
       const Geometry g = region_of(plane_geometry(shape, desc, plane, plane.offset_bytes),
                                    plane.heads_outer, local.region);
       const bool bound_to_caller = desc.binding != SlotBinding::kWorkspace && !m.staged;
-      if (g.numel() == 0 || (!bound_to_caller && g.is_contiguous())) continue;
+      // One-sided transfers move in the remote slot's storage order (run_put, run_get): the
+      // local side needs packing when it is not contiguous in that order.
+      bool laid_out_alike = g.is_contiguous();
+      if (step.kind == StepKind::kPut || step.kind == StepKind::kGet) {
+        const SlotRef& remote = x.local_is_src ? x.transfer->dst : x.transfer->src;
+        const Geometry r = remote_geometry(x.peer, remote.slot, x.plane, remote.region);
+        laid_out_alike = g.permuted(r.storage_order()).is_contiguous();
+      }
+      if (g.numel() == 0 || (!bound_to_caller && laid_out_alike)) continue;
       x.staging_offset = int64_t(used);
       used = align_up(used + g.bytes());
     }
@@ -726,23 +735,29 @@ void PlanExecutor::run_put(const Step& step, const StepState& st, const Stream& 
       copy_strided(local_view(t.dst.slot, x.plane, t.dst.region), src, s);
       continue;
     }
-    const Geometry dst = remote_geometry(x.peer, t.dst.slot, x.plane, t.dst.region);
-    if (!dst.is_contiguous() || !src.is_contiguous()) {
+    const Geometry remote = remote_geometry(x.peer, t.dst.slot, x.plane, t.dst.region);
+    if (!remote.is_contiguous() || !src.is_contiguous()) {
       // Strided: store straight into the peer's memory where it is load/store reachable.
       if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
-        copy_strided(dst.view(peer_base, device()), src, s);
+        copy_strided(remote.view(peer_base, device()), src, s);
         continue;
       }
     }
-    if (!src.is_contiguous()) {
-      const TensorView packed = staging_view(x, Geometry::of(src));
-      copy_strided(packed, src, s);
-      src = packed;
+    // Issued in the remote slot's storage order (its runs are then as long as they get: a
+    // head-major slot's head group is one run of rows), with the source packed in that order
+    // when it is laid out otherwise.
+    const std::array<int, 4> order = remote.storage_order();
+    const Geometry dst = remote.permuted(order);
+    TensorView from_view = Geometry::of(src).permuted(order).view(src.data(), device());
+    if (!from_view.is_contiguous()) {
+      const TensorView packed = staging_view(x, dst);
+      copy_strided(packed, from_view, s);
+      from_view = packed;
     }
     // One transfer per group of equal runs at a constant pitch, not one per run: across
     // machines each transfer pays the link's latency (and a launch).
     const size_t es = dtype_size(dst.dtype);
-    auto* from = static_cast<const std::byte*>(src.data());
+    auto* from = static_cast<const std::byte*>(from_view.data());
     dst.for_each_pitched([&](int64_t offset, int64_t pitch, int64_t count, int64_t rows) {
       const size_t row_bytes = size_t(count) * es;
       if (rows == 1) {
@@ -774,14 +789,20 @@ void PlanExecutor::run_get(const StepState& st, const Stream& s) {
       copy_strided(dst, local_view(t.src.slot, x.plane, t.src.region), s);
       continue;
     }
-    const Geometry src = remote_geometry(x.peer, t.src.slot, x.plane, t.src.region);
-    if (!src.is_contiguous() || !dst.is_contiguous()) {
+    const Geometry remote = remote_geometry(x.peer, t.src.slot, x.plane, t.src.region);
+    if (!remote.is_contiguous() || !dst.is_contiguous()) {
       if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
-        copy_strided(dst, src.view(peer_base, device()), s);
+        copy_strided(dst, remote.view(peer_base, device()), s);
         continue;
       }
     }
-    const TensorView target = dst.is_contiguous() ? dst : staging_view(x, Geometry::of(dst));
+    // In the remote slot's storage order, as run_put; unpacked from staging when the
+    // destination is laid out otherwise.
+    const std::array<int, 4> order = remote.storage_order();
+    const Geometry src = remote.permuted(order);
+    const TensorView into_view = Geometry::of(dst).permuted(order).view(dst.data(), device());
+    const bool unpack = !into_view.is_contiguous();
+    const TensorView target = unpack ? staging_view(x, src) : into_view;
     const size_t es = dtype_size(src.dtype);
     auto* into = static_cast<std::byte*>(target.data());
     src.for_each_pitched([&](int64_t offset, int64_t pitch, int64_t count, int64_t rows) {
@@ -794,7 +815,7 @@ void PlanExecutor::run_get(const StepState& st, const Stream& s) {
       }
       into += row_bytes * size_t(rows);
     });
-    if (!dst.is_contiguous()) copy_strided(dst, target, s);
+    if (unpack) copy_strided(into_view, target, s);
   }
 }
 

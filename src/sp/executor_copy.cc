@@ -1,6 +1,7 @@
 // Strided copies of the sequence-parallel executor (see executor_copy.h).
 #include "executor_copy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -61,6 +62,30 @@ bool Geometry::is_contiguous() const {
     expected *= shape[d];
   }
   return true;
+}
+
+Geometry Geometry::permuted(const std::array<int, 4>& order) const {
+  Geometry g = *this;
+  for (int d = 0; d < ndim; ++d) {
+    TESSERA_CHECK(order[d] >= 0 && order[d] < ndim, ErrorCode::kInternal, "permutation of ", ndim,
+                  " dims: entry ", d, " is ", order[d]);
+    g.shape[d] = shape[order[d]];
+    g.stride[d] = stride[order[d]];
+  }
+  return g;
+}
+
+std::array<int, 4> Geometry::storage_order() const {
+  std::array<int, 4> order = {0, 1, 2, 3};
+  // Size-1 dims have no meaningful stride: sort only the others, keep size-1 dims in place.
+  std::vector<int> moving;
+  for (int d = 0; d < ndim; ++d)
+    if (shape[d] != 1) moving.push_back(d);
+  std::vector<int> sorted = moving;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](int a, int b) { return stride[a] > stride[b]; });
+  for (size_t i = 0; i < moving.size(); ++i) order[size_t(moving[i])] = sorted[i];
+  return order;
 }
 
 TensorView Geometry::view(void* base, Device device) const {

@@ -12,6 +12,7 @@
 // src/sp/cuda/executor_copy.cu: no allocation, no synchronization).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <initializer_list>
 
@@ -36,6 +37,12 @@ struct Geometry {
   int64_t numel() const;
   size_t bytes() const { return size_t(numel()) * dtype_size(dtype); }
   bool is_contiguous() const;
+  // The same elements with dims reordered: dim i of the result is dim order[i] of this one.
+  Geometry permuted(const std::array<int, 4>& order) const;
+  // Dims from the largest stride to the smallest (ties and size-1 dims keep their place): the
+  // order in which this geometry's memory is laid out. A head-major slot [B, rows, heads, D]
+  // gives {0, 2, 1, 3}.
+  std::array<int, 4> storage_order() const;
   // The view of this geometry over memory starting at `base`.
   TensorView view(void* base, Device device) const;
   // Calls fn(element offset from the base, element count) for each maximal contiguous run,

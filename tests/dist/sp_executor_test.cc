@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -489,6 +490,47 @@ TEST(SpExecutor, RunsRepeatedly) {
     ASSERT_TRUE(out.planned) << options_name(opt) << ": " << out.refusal;
     EXPECT_EQ(out.check.unwritten, 0) << options_name(opt);
     EXPECT_LE(out.check.max_error, kF32Tolerance) << options_name(opt) << ": " << out.summary;
+  }
+}
+
+// Across emulated machines every one-sided transfer pays the link's latency, so a plane of a
+// region must move as a few pitched transfers (in the remote slot's storage order: staged
+// slots are head-major), never one per token row. With a 2 ms latency and 64 rows per rank,
+// per-row transfers would take over 0.25 s per plane; per-plane ones take 20-40 ms a run
+// (2x2 and 4x1).
+TEST(SpExecutor, OneSidedTransfersPayLatencyPerPlaneNotPerRow) {
+  ScopedWaitTimeout timeout(20000);
+  ShapeCase s;
+  s.seq_len = 256;
+  s.heads = s.kv_heads = 4;
+  const Problem p = make_problem(s, 17);
+  ContextOptions opts = context_options();
+  opts.emulated_link.latency_us = 2000.0;
+  for (const auto& [method, machines] :
+       {std::pair{Method::kRing, 2}, std::pair{Method::kUlysses, 2}, std::pair{Method::kTorus, 2},
+        std::pair{Method::kTorus, 4}, std::pair{Method::kTas, 4}, std::pair{Method::kRing, 4}}) {
+    const PlanOptions o = options_for(method, CommMode::kOneSided);
+    std::vector<double> seconds(4, 0.0);
+    run_cpu_ranks(4, machines, opts, [&](RankContext& ctx) {
+      auto layer = SpAttention::create(ctx, make_request(s, o));
+      const std::vector<int64_t> pos = positions_of(layer->local_tokens());
+      const Tensor q = gather_rows(p.q, s, s.heads, pos);
+      const Tensor k = gather_rows(p.k, s, s.kv_heads, pos);
+      const Tensor v = gather_rows(p.v, s, s.kv_heads, pos);
+      const Tensor out = poisoned(s, int64_t(pos.size()));
+      const Stream stream = Stream::cpu();
+      layer->run(q, k, v, out, stream);  // warm-up
+      const auto start = std::chrono::steady_clock::now();
+      layer->run(q, k, v, out, stream);
+      seconds[ctx.rank] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      Check check;
+      compare(out, p, pos, check);
+      EXPECT_LE(check.max_error, kF32Tolerance) << method_name(method);
+    });
+    const double slowest = *std::max_element(seconds.begin(), seconds.end());
+    EXPECT_LT(slowest, 0.2) << method_name(method) << " one-sided on " << machines
+                            << " machines: " << slowest << " s per run with a 2 ms link latency";
   }
 }
 
