@@ -34,6 +34,7 @@ struct JobLaunch {
   float* lse = nullptr;  // [B, Hq, Lq]; forward may pass nullptr
   int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_l = 0;
   int kv_begin = 0, kv_end = 0;  // range in LaunchDesc::kv
+  bool fresh = false;            // accumulate: start from the empty state, do not read it
 };
 
 struct LaunchDesc {

@@ -175,6 +175,7 @@ struct JobParams {
   int64_t o_stride_b = 0, o_stride_l = 0, o_stride_h = 0;
   float* lse = nullptr;
   int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_l = 0;
+  int fresh = 0;  // accumulate: the state is empty (not read)
 };
 
 struct KvParams {
@@ -583,7 +584,8 @@ struct AttentionKernel {
 
     KvCursor<kBlockN> cur;
     cur.start(job, p.kv, t);
-    if (!cur.valid() && p.accumulate) return;  // the state already holds the answer
+    // The state already holds the answer (a fresh one still needs its empty state written).
+    if (!cur.valid() && p.accumulate && !job.fresh) return;
 
     typename Traits::TiledMmaQK mma_qk;
     typename Traits::TiledMmaPV mma_pv;
@@ -612,7 +614,7 @@ struct AttentionKernel {
 
     // Running state per row: max in log2 units, this thread's part of the row sum.
     float row_max[2], row_sum[2];
-    if (p.accumulate) {
+    if (p.accumulate && !job.fresh) {
       CUTE_UNROLL
       for (int r = 0; r < 2; ++r) {
         const int64_t row = t.row_begin + row_in_tile[r];
@@ -818,6 +820,7 @@ void launch_attention(const LaunchDesc& d) {
     out.lse_stride_b = in.lse_stride_b;
     out.lse_stride_h = in.lse_stride_h;
     out.lse_stride_l = in.lse_stride_l;
+    out.fresh = in.fresh ? 1 : 0;
   }
   for (int c = 0; c < d.num_kv; ++c) {
     const KvLaunchChunk& in = d.kv[c];

@@ -214,6 +214,7 @@ void run_jobs(std::span<const detail::AttentionJob> jobs, bool accumulate, float
   for (const detail::AttentionJob& job : jobs) {
     ReferenceResult r = reference_attention(job.q, job.kv, softmax_scale);
     if (accumulate) {
+      if (job.fresh) init_state(AttnState{job.o, job.lse}, stream);
       fold_into_state(r, AttnState{job.o, job.lse});
     } else {
       store_result(r, job.o, job.lse);
@@ -318,7 +319,7 @@ void accumulate(std::span<const AccumulateJob> jobs, float softmax_scale, const 
                           " like jobs[0].kv[0].k");
       }
     }
-    validated.push_back({job.q, job.state.o, job.state.lse, job.kv});
+    validated.push_back({job.q, job.state.o, job.state.lse, job.kv, job.fresh});
   }
   run_jobs(validated, true, softmax_scale, stream);
 }

@@ -14,6 +14,7 @@ struct AttentionJob {
   TensorView o;    // forward: q's dtype; accumulate: the f32 state O
   TensorView lse;  // f32 [B, Hq, Lq]; may be empty in forward
   std::span<const KvChunk> kv;
+  bool fresh = false;  // accumulate: start from the empty state, do not read (o, lse)
 };
 
 #ifdef TESSERA_WITH_CUDA

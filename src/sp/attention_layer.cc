@@ -58,6 +58,18 @@ const Plan& SpAttention::plan() const {
   return executor_->plan();
 }
 
+void SpAttention::enable_timeline(bool on) {
+  executor_->enable_timeline(on);
+}
+
+std::vector<StepTiming> SpAttention::last_timeline() const {
+  return executor_->last_timeline();
+}
+
+int SpAttention::compute_launches() const {
+  return int(executor_->compute_launches().launches.size());
+}
+
 int SpAttention::rank() const {
   return executor_->rank();
 }

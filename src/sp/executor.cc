@@ -9,6 +9,7 @@
 #include <set>
 
 #include "tessera/core/error.h"
+#include "tessera/core/params.h"
 #include "tessera/runtime/memory.h"
 
 namespace tessera::sp::detail {
@@ -113,6 +114,17 @@ PlanExecutor::PlanExecutor(RankContext& ctx, Plan plan, float softmax_scale)
   std::vector<std::vector<ScheduledAction>> order = schedule_plan(plan_);
   actions_ = std::move(order[rank_]);
   steps_.resize(plan_.ranks[rank_].steps.size());
+  fused_ = fuse_compute_steps(plan_.ranks[rank_], actions_, attn::kMaxJobsPerLaunch,
+                              attn::kMaxChunksPerLaunch);
+  size_t max_jobs = 0, max_chunks = 0;
+  for (const ComputeLaunch& l : fused_.launches) {
+    max_jobs = std::max(max_jobs, l.jobs.size());
+    size_t chunks = 0;
+    for (const FusedJob& j : l.jobs) chunks += j.chunks.size();
+    max_chunks = std::max(max_chunks, chunks);
+  }
+  launch_jobs_.reserve(max_jobs);
+  launch_chunks_.reserve(max_chunks);
   reserve_signals();
   check_same_plan_everywhere();
   bind_memory();
@@ -418,6 +430,37 @@ void PlanExecutor::create_streams_and_comms() {
   }
 }
 
+void PlanExecutor::enable_timeline(bool on) {
+  timeline_ = on;
+  if (!on || !step_begin_.empty()) return;
+  const Stream like = cuda_ ? ctx_.stream : Stream::cpu();
+  timeline_origin_ = Event::create(like, true);
+  const size_t n = plan_.ranks[rank_].steps.size();
+  for (size_t i = 0; i < n; ++i) {
+    step_begin_.push_back(Event::create(like, true));
+    step_end_.push_back(Event::create(like, true));
+  }
+}
+
+std::vector<StepTiming> PlanExecutor::last_timeline() const {
+  TESSERA_CHECK_ARG(timeline_, "last_timeline() on rank ", rank_,
+                    ": expected enable_timeline(true) before the run");
+  const RankPlan& mine = plan_.ranks[rank_];
+  std::vector<StepTiming> out;
+  for (int i = 0; i < int(mine.steps.size()); ++i) {
+    // Fused compute steps were timed on the launch's last member.
+    int timed = i;
+    if (mine.steps[i].kind == StepKind::kCompute)
+      timed = fused_.launches[size_t(fused_.launch_of_step[size_t(i)])].steps.back();
+    const Event& begin = step_begin_[size_t(timed)];
+    const Event& end = step_end_[size_t(timed)];
+    end.synchronize(wait_timeout_ms(), "the end of a timed sequence-parallel run");
+    out.push_back({i, mine.steps[i].stream, 1000.0 * begin.elapsed_ms_since(timeline_origin_),
+                   1000.0 * end.elapsed_ms_since(timeline_origin_)});
+  }
+  return out;
+}
+
 void PlanExecutor::warm_up_connections() {
   // NCCL connects a pair of ranks lazily, at their first transfer, and that may block the
   // host until the peer gets there too. One exchange per communicator now, with every peer
@@ -536,6 +579,7 @@ const Stream& PlanExecutor::stream_for(int plan_stream, const Stream& caller) co
 // ---- running ---------------------------------------------------------------------------------
 
 void PlanExecutor::run(const RunTensors& io, const Stream& caller) {
+  if (timeline_) timeline_origin_.record(caller);
   bind_run(io);
   const RankPlan& mine = plan_.ranks[rank_];
   // Staged inputs: peers read them from symmetric memory.
@@ -584,12 +628,28 @@ void PlanExecutor::run(const RunTensors& io, const Stream& caller) {
 void PlanExecutor::start_step(int index, const Stream& s) {
   const Step& step = plan_.ranks[rank_].steps[index];
   StepState& st = steps_[index];
+  if (step.kind == StepKind::kCompute) {
+    const ComputeLaunch& launch = fused_.launches[size_t(fused_.launch_of_step[size_t(index)])];
+    if (launch.steps.back() != index) return;  // issued with its last member
+    if (cuda_) {
+      for (int member : launch.steps)
+        for (int d : steps_[member].wait_events) step_events_[d].wait_on(s);
+    }
+    if (timeline_) step_begin_[index].record(s);
+    run_compute_launch(fused_.launch_of_step[size_t(index)], s);
+    if (timeline_) step_end_[index].record(s);
+    if (cuda_) {
+      for (int member : launch.steps)
+        if (steps_[member].record_event) step_events_[member].record(s);
+    }
+    return;
+  }
   if (cuda_) {
     for (int d : st.wait_events) step_events_[d].wait_on(s);
   }
+  if (timeline_) step_begin_[index].record(s);
   switch (step.kind) {
     case StepKind::kCompute:
-      run_compute(step, st, s);
       break;
     case StepKind::kMerge:
       run_merge(step, s);
@@ -619,6 +679,7 @@ void PlanExecutor::start_step(int index, const Stream& s) {
       if (cuda_) barrier_leave(step, st, s);
       break;
   }
+  if (timeline_ && (cuda_ || !has_end_action(step.kind))) step_end_[index].record(s);
   if (cuda_ && st.record_event) step_events_[index].record(s);
 }
 
@@ -640,25 +701,40 @@ void PlanExecutor::end_step(int index, const Stream& s) {
     default:
       break;
   }
+  // The cpu timeline: a step with an end action ends when that action returns.
+  if (timeline_ && has_end_action(step.kind)) step_end_[size_t(index)].record(s);
 }
 
-void PlanExecutor::run_compute(const Step& step, StepState& st, const Stream& s) {
-  const ComputeSpec& c = step.compute;
-  const TensorView q = local_view(c.q.ref.slot, 0, c.q.ref.region);
+void PlanExecutor::run_compute_launch(int index, const Stream& s) {
+  const ComputeLaunch& launch = fused_.launches[size_t(index)];
   const auto stride = [](const TokenRun& run) { return run.count > 1 ? run.stride : int64_t(1); };
-  st.chunks.resize(c.kv.size());
-  for (size_t k = 0; k < c.kv.size(); ++k) {
-    const AttnOperand& kv = c.kv[k];
-    attn::KvChunk& chunk = st.chunks[k];
-    chunk.k = local_view(kv.ref.slot, 0, kv.ref.region);
-    chunk.v = local_view(kv.ref.slot, 1, kv.ref.region);
-    chunk.mask = attn::MaskSpec{c.causal, c.q.positions.start, stride(c.q.positions),
-                                kv.positions.start, stride(kv.positions)};
+  const RankPlan& mine = plan_.ranks[rank_];
+  // Chunks first (jobs hold spans into launch_chunks_, which must not reallocate after).
+  launch_chunks_.clear();
+  for (const FusedJob& job : launch.jobs) {
+    const ComputeSpec& first = mine.steps[size_t(job.first_step)].compute;
+    for (const auto& [step, k] : job.chunks) {
+      const ComputeSpec& c = mine.steps[size_t(step)].compute;
+      const AttnOperand& kv = c.kv[size_t(k)];
+      launch_chunks_.push_back(
+          {local_view(kv.ref.slot, 0, kv.ref.region), local_view(kv.ref.slot, 1, kv.ref.region),
+           attn::MaskSpec{c.causal, first.q.positions.start, stride(first.q.positions),
+                          kv.positions.start, stride(kv.positions)}});
+    }
   }
-  const attn::AttnState state{local_view(c.state.slot, 0, c.state.region),
-                              local_view(c.state.slot, 1, c.state.region)};
-  if (!c.accumulate) attn::init_state(state, s);
-  if (!st.chunks.empty()) attn::accumulate(q, st.chunks, state, softmax_scale_, s);
+  launch_jobs_.clear();
+  size_t next_chunk = 0;
+  for (const FusedJob& job : launch.jobs) {
+    const ComputeSpec& c = mine.steps[size_t(job.first_step)].compute;
+    const attn::AttnState state{local_view(c.state.slot, 0, c.state.region),
+                                local_view(c.state.slot, 1, c.state.region)};
+    launch_jobs_.push_back({local_view(c.q.ref.slot, 0, c.q.ref.region), state,
+                            std::span<const attn::KvChunk>(launch_chunks_.data() + next_chunk,
+                                                           job.chunks.size()),
+                            !c.accumulate});
+    next_chunk += job.chunks.size();
+  }
+  attn::accumulate(launch_jobs_, softmax_scale_, s);
 }
 
 void PlanExecutor::run_merge(const Step& step, const Stream& s) {

@@ -35,8 +35,10 @@
 //         are buffered, receives, barriers and waits block (bounded), and the order cannot
 //         deadlock.
 // Step mapping:
-//   kCompute   attn::init_state (unless accumulating) + attn::accumulate with one KvChunk per
-//              KV operand, MaskSpec from the operands' positions
+//   kCompute   attn::accumulate with one KvChunk per KV operand, MaskSpec from the operands'
+//              positions, a fresh job when the step starts its state; several compute steps
+//              are issued as one multi-job launch where that changes nothing the plan orders
+//              (executor_fusion.h)
 //   kMerge     attn::merge({dst, src}) into dst; overwrite: strided copy of O and lse
 //   kFinalize  attn::finalize
 //   kSendRecv / kAllToAll  send/recv of every transfer plane (sorted by transfer id, as the
@@ -56,10 +58,12 @@
 #include <vector>
 
 #include "executor_copy.h"
+#include "executor_fusion.h"
 #include "executor_schedule.h"
 #include "tessera/attn/attention.h"
 #include "tessera/comm/context.h"
 #include "tessera/core/buffer.h"
+#include "tessera/sp/attention_layer.h"
 #include "tessera/sp/plan.h"
 
 namespace tessera::sp::detail {
@@ -69,6 +73,7 @@ struct RunTensors {
   TensorView q, k, v, o;
   TensorView joint_q, joint_k, joint_v, joint_o;
 };
+
 
 class PlanExecutor {
  public:
@@ -82,6 +87,15 @@ class PlanExecutor {
   // Runs the plan on `stream` (stream 0 of the plan). The tensors are checked by the caller
   // (attention_layer.cc) against the plan's shapes.
   void run(const RunTensors& io, const Stream& stream);
+
+  // Runs record when each step begins and ends (two timing events per step on cuda; for
+  // studying overlap, not for production runs: the events cost a little and keep a run out
+  // of CUDA graphs).
+  void enable_timeline(bool on);
+  // The steps of the last run in step order. Waits for the run to finish (bounded).
+  std::vector<StepTiming> last_timeline() const;
+  // The compute launches (fused steps) of this rank.
+  const ComputeLaunches& compute_launches() const { return fused_; }
 
   const Plan& plan() const { return plan_; }
   int rank() const { return rank_; }
@@ -117,7 +131,6 @@ class PlanExecutor {
   };
   struct StepState {
     std::vector<PlaneTransfer> transfers;  // sorted by transfer id, then plane
-    std::vector<attn::KvChunk> chunks;     // kCompute: filled at run time
     bool record_event = false;             // a step on another stream depends on it
     std::vector<int> wait_events;          // deps on other streams
     int signal_slot = -1;                  // heap slot of its signal / barrier
@@ -142,7 +155,8 @@ class PlanExecutor {
 
   void start_step(int index, const Stream& s);
   void end_step(int index, const Stream& s);
-  void run_compute(const Step& step, StepState& st, const Stream& s);
+  // Issues compute launch `launch` (at the start of its last member step).
+  void run_compute_launch(int launch, const Stream& s);
   void run_merge(const Step& step, const Stream& s);
   void run_finalize(const Step& step, const Stream& s);
   void post_sends(const Step& step, const StepState& st, const Stream& s);
@@ -160,6 +174,12 @@ class PlanExecutor {
   float softmax_scale_ = 1.0f;
   bool cuda_ = false;
   std::vector<ScheduledAction> actions_;
+  ComputeLaunches fused_;
+  std::vector<attn::KvChunk> launch_chunks_;      // run-time scratch, sized at construction
+  std::vector<attn::AccumulateJob> launch_jobs_;  // run-time scratch
+  bool timeline_ = false;
+  Event timeline_origin_;
+  std::vector<Event> step_begin_, step_end_;  // per step, when the timeline is on
   std::vector<SlotMemory> slots_;
   std::vector<StepState> steps_;
 

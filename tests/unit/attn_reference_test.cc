@@ -282,9 +282,16 @@ TEST(AttnReference, SeveralJobsInOneCallAndMerge) {
   Tensor sbo = filled({1, 7, H, D}, DType::kF32, NAN), sbl = filled({1, H, 7}, DType::kF32, NAN);
   AttnState sa{sao, sal}, sb{sbo, sbl};
   init_state(sa, cpu);
-  init_state(sb, cpu);
-  AccumulateJob jobs[2] = {{qa, sa, halves}, {qb, sb, std::span<const KvChunk>(halves, 1)}};
+  // Job b is fresh: its NaN state is never read.
+  AccumulateJob jobs[2] = {{qa, sa, halves}, {qb, sb, std::span<const KvChunk>(halves, 1), true}};
   accumulate(jobs, 0.25f, cpu);
+  // A fresh job without chunks leaves the empty state (O = 0, lse = -inf).
+  Tensor seo = filled({1, 3, H, D}, DType::kF32, NAN), sel = filled({1, H, 3}, DType::kF32, NAN);
+  const AccumulateJob empty{qa, AttnState{seo, sel}, {}, true};
+  accumulate(std::span<const AccumulateJob>(&empty, 1), 0.25f, cpu);
+  for (int64_t i = 0; i < seo.view().numel(); ++i) EXPECT_EQ(seo.data_as<float>()[i], 0.0f);
+  for (int64_t i = 0; i < sel.view().numel(); ++i)
+    EXPECT_EQ(sel.data_as<float>()[i], -std::numeric_limits<float>::infinity());
 
   Tensor oa = filled({1, 3, H, D}, DType::kF16, NAN), la = filled({1, H, 3}, DType::kF32, NAN);
   forward(qa, k, v, oa, la, MaskSpec::none(), 0.25f, cpu);

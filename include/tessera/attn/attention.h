@@ -78,6 +78,9 @@ struct AccumulateJob {
   TensorView q;  // [B, Lq, Hq, D]
   AttnState state;
   std::span<const KvChunk> kv;
+  // The state holds nothing yet: start from the empty state instead of reading it (saves the
+  // init_state launch and one read of O). The state's contents before the call do not matter.
+  bool fresh = false;
 };
 
 // One partial result to merge: O of any float dtype, lse f32.

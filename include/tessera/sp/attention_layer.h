@@ -47,6 +47,16 @@ struct SpAttentionOptions {
   std::string cost_overrides;
 };
 
+// When one step of a timed run (SpAttention::enable_timeline) began and ended on its stream, in
+// microseconds from the start of the run on this rank (cuda: timing events; cpu: host clock).
+// Compute steps the executor fused into one launch share its interval.
+struct StepTiming {
+  int step = 0;  // index in this rank's plan
+  int stream = 0;
+  double start_us = 0.0;
+  double end_us = 0.0;
+};
+
 // The tensors of one run. Joint views stay empty when the plan has no joint tokens.
 struct SpAttentionTensors {
   TensorView q, k, v, o;                          // [B, L_r, H|Hkv, D]
@@ -71,6 +81,15 @@ class SpAttention {
            const TensorView& joint_q, const TensorView& joint_k, const TensorView& joint_v,
            const TensorView& joint_o, const Stream& stream);
   void run(const SpAttentionTensors& tensors, const Stream& stream);
+
+  // Later runs record when each step begins and ends (for studying overlap: the events cost a
+  // little, and a run with them should not be captured in a CUDA graph).
+  void enable_timeline(bool on);
+  // This rank's steps in the last run, in step order; waits for the run (bounded).
+  std::vector<StepTiming> last_timeline() const;
+  // How many attention launches one run issues on this rank (compute steps fused, see
+  // src/sp/executor_fusion.h).
+  int compute_launches() const;
 
   const Plan& plan() const;
   const AttentionShape& shape() const { return plan().shape; }

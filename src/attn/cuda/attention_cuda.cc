@@ -154,6 +154,7 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
   struct Piece {
     size_t job;
     std::vector<const KvChunk*> chunks;
+    bool fresh = false;  // the job's first piece of a fresh accumulate
   };
   std::vector<std::vector<Piece>> rounds;  // round r: piece r of every job that has one
   int64_t heads_kv = 0;
@@ -164,7 +165,9 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
     for (const KvChunk& c : job.kv)
       if (c.k.size(1) > 0) chunks.push_back(&c);
     if (chunks.empty()) {
-      if (!accumulate) {  // no key at all: o = 0, lse = -inf
+      if (accumulate && job.fresh) {  // nothing to fold into an empty state: write it
+        cuda_init_state(AttnState{job.o, job.lse}, stream);
+      } else if (!accumulate) {  // no key at all: o = 0, lse = -inf
         kernels::MergeDesc zero;
         zero.batch = batch;
         zero.len = job.q.size(1);
@@ -184,7 +187,7 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
                   kMaxChunksPerLaunch, "; use init_state + accumulate + finalize");
     for (size_t k = 0; k < pieces; ++k) {
       if (rounds.size() <= k) rounds.resize(k + 1);
-      Piece piece{j, {}};
+      Piece piece{j, {}, accumulate && job.fresh && k == 0};
       for (size_t c = k * kMaxChunksPerLaunch;
            c < std::min(chunks.size(), (k + 1) * kMaxChunksPerLaunch); ++c)
         piece.chunks.push_back(chunks[c]);
@@ -229,6 +232,7 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
         out.lse_stride_h = job.lse.stride(1);
         out.lse_stride_l = job.lse.stride(2);
       }
+      out.fresh = piece.fresh;
       out.kv_begin = desc.num_kv;
       for (const KvChunk* c : piece.chunks) {
         kernels::KvLaunchChunk& kv = desc.kv[desc.num_kv++];
