@@ -26,12 +26,17 @@ const LinkCost& CostModel::link(LinkClass link) const {
   return network;
 }
 
+const LinkCost& CostModel::link(LinkClass l, CommMode comm) const {
+  if (l == LinkClass::kEmulatedNetwork && comm == CommMode::kTwoSided) return emulated_two_sided;
+  return link(l);
+}
+
 LinkCost& CostModel::link(LinkClass l) {
   return const_cast<LinkCost&>(static_cast<const CostModel*>(this)->link(l));
 }
 
-double CostModel::transfer_us(LinkClass l, int64_t bytes) const {
-  const LinkCost& c = link(l);
+double CostModel::transfer_us(LinkClass l, int64_t bytes, CommMode comm) const {
+  const LinkCost& c = link(l, comm);
   // GB/s = 1e3 bytes per microsecond.
   return c.latency_us + double(bytes) / (c.bandwidth_gbps * 1e3);
 }
@@ -79,6 +84,8 @@ void CostModel::set(std::string_view key, double value) {
       {"pcie_us", &pcie.latency_us},
       {"network_gbps", &network.bandwidth_gbps},
       {"network_us", &network.latency_us},
+      {"emulated_two_sided_gbps", &emulated_two_sided.bandwidth_gbps},
+      {"emulated_two_sided_us", &emulated_two_sided.latency_us},
       {"attn_tflops_d64", &attn_tflops_d64},
       {"attn_tflops_d128", &attn_tflops_d128},
       {"attn_kv_half_rows", &attn_kv_half_rows},
@@ -138,6 +145,10 @@ void CostModel::validate() const {
                       " GB/s, latency = ", c.latency_us,
                       " us: expected bandwidth > 0 and latency >= 0");
   }
+  TESSERA_CHECK_ARG(emulated_two_sided.bandwidth_gbps > 0 && emulated_two_sided.latency_us >= 0,
+                    "cost model emulated two-sided link: bandwidth = ",
+                    emulated_two_sided.bandwidth_gbps, " GB/s, latency = ",
+                    emulated_two_sided.latency_us, " us: expected bandwidth > 0 and latency >= 0");
   TESSERA_CHECK_ARG(attn_tflops_d64 > 0 && attn_tflops_d128 > 0,
                     "cost model attention peak = ", attn_tflops_d64, "/", attn_tflops_d128,
                     " TFLOP/s: expected > 0");
@@ -152,7 +163,8 @@ std::string CostModel::describe() const {
   return str("links (GB/s, us): nvlink ", nvlink.bandwidth_gbps, "/", nvlink.latency_us, ", pcie ",
              pcie.bandwidth_gbps, "/", pcie.latency_us, ", network ", network.bandwidth_gbps, "/",
              network.latency_us, ", emulated ", emulated_network.bandwidth_gbps, "/",
-             emulated_network.latency_us, "; attention peak ", attn_tflops_d64, " (D64) / ",
+             emulated_network.latency_us, " (two-sided ", emulated_two_sided.bandwidth_gbps, "/",
+             emulated_two_sided.latency_us, "); attention peak ", attn_tflops_d64, " (D64) / ",
              attn_tflops_d128, " (D128) TFLOP/s, half speed at ", attn_kv_half_rows, " kv rows, ",
              num_sms, " SMs; launch ", launch_us, " us; hbm ", hbm_gbps, " GB/s; two-sided step ",
              two_sided_step_us, " us (+", two_sided_compute_slowdown * 100,

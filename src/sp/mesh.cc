@@ -142,7 +142,7 @@ MeshCosts mesh_costs(const PlanRequest& request, int a, int b, const CostModel& 
   const int64_t kv_bytes = 2 * shape.batch * rows * shape.kv_heads * shape.head_dim * io;
   const int64_t o_bytes = shape.batch * rows * shape.heads * (shape.head_dim * pd + 4);
   auto blocks = [&](LinkClass link, int64_t bytes) {
-    const double t = model.transfer_us(link, bytes);
+    const double t = model.transfer_us(link, bytes, CommMode::kTwoSided);  // Mesh moves with NCCL
     return std::max(1, int(std::ceil(t / std::max(block_us, 1e-9))));
   };
   return {blocks(q_link, q_bytes), blocks(kv_link, kv_bytes), blocks(q_link, o_bytes)};

@@ -270,9 +270,9 @@ class Simulator {
   }
 
   // Moves transfer t once both ends are ready at `now`; returns when its data has landed.
-  double launch(const Transfer& t, double now) {
+  double launch(const Transfer& t, double now, CommMode comm) {
     const int cls = int(t.link);
-    const LinkCost& c = model_.link(t.link);
+    const LinkCost& c = model_.link(t.link, comm);
     const double begin = std::max({now, egress_[t.src_rank][cls], ingress_[t.dst_rank][cls]});
     const double data_end = begin + double(t.bytes) / (c.bandwidth_gbps * 1e3);
     egress_[t.src_rank][cls] = data_end;
@@ -297,7 +297,7 @@ class Simulator {
         for (const Transfer& t : step.transfers) {
           const StepRef other = t.src_rank == s.rank ? receivers_.at(t.id) : senders_.at(t.id);
           if (!steps_[other.rank][other.index].started) continue;
-          const double done = launch(t, now);
+          const double done = launch(t, now, CommMode::kTwoSided);
           for (StepRef x : {s, other}) {
             StepSim& xs = steps_[x.rank][x.index];
             xs.data_done = std::max(xs.data_done, done);
@@ -334,7 +334,7 @@ class Simulator {
         for (const StepRef& m : members) {
           for (const Transfer& t : step_of(m).transfers) {
             if (t.src_rank != m.rank) continue;
-            const double d = launch(t, now);
+            const double d = launch(t, now, CommMode::kTwoSided);
             done[m] = std::max(done[m], d);
             const StepRef dst = receivers_.at(t.id);
             done[dst] = std::max(done[dst], d);
@@ -346,7 +346,7 @@ class Simulator {
       case StepKind::kPut:
       case StepKind::kGet: {
         double done = now;
-        for (const Transfer& t : step.transfers) done = std::max(done, launch(t, now));
+        for (const Transfer& t : step.transfers) done = std::max(done, launch(t, now, CommMode::kOneSided));
         schedule_end(s, done + model_.one_sided_step_us);
         break;
       }

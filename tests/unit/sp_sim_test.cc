@@ -47,6 +47,15 @@ TEST(SpSim, CostModelTerms) {
   EXPECT_DOUBLE_EQ(c.emulated_network.bandwidth_gbps, 12.5);
   EXPECT_DOUBLE_EQ(c.attn_tflops_d128, 700);
   EXPECT_EQ(c.num_sms, 78);
+  // Two-sided traffic between emulated machines has its own (measured) cost; one-sided traffic
+  // and real networks take the link's.
+  c.apply("emulated_two_sided_gbps=2.5,emulated_two_sided_us=40");
+  EXPECT_NEAR(c.transfer_us(LinkClass::kEmulatedNetwork, 2'500'000, CommMode::kTwoSided),
+              40.0 + 1000.0, 1e-6);
+  EXPECT_NEAR(c.transfer_us(LinkClass::kEmulatedNetwork, 2'500'000, CommMode::kOneSided),
+              c.emulated_network.latency_us + 2'500'000 / (12.5 * 1e3), 1e-6);
+  EXPECT_DOUBLE_EQ(c.link(LinkClass::kNetwork, CommMode::kTwoSided).bandwidth_gbps, 12.5);
+  EXPECT_THROW(c.apply("emulated_two_sided_gbps=0"), Error);
   try {
     c.apply("nvlink_gbs=1");
     FAIL();

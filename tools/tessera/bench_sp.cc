@@ -11,6 +11,11 @@
 //   sim_us       the sim executor's prediction of the same plan on the cost model
 //   MB_in        max over ranks of bytes received, inside machines and across machines
 //   max_diff     max |output - reference|; ok when within 2^-6 (four bf16 ulps at 1.0)
+// On emulated machines (cuda) the run starts by measuring the link two-sided traffic really
+// takes (NCCL sockets between emulated machines, link_calibration.h) and gives it to the cost
+// model behind auto, mesh and sim_us; --cost terms given by the user still win.
+// --timeline PREFIX writes, per method and rank, when each step of one more run began and ended
+// next to the sim's times for it (PREFIX-<method>-rank<r>.json; bench/timeline.py draws them).
 // Inputs: element e of a tensor is a hash of (seed, tensor, b, position, head, d) mapped to
 // [-1, 1) and rounded to the dtype, so every rank generates its rows and the full K, V alike.
 #include <algorithm>
@@ -23,6 +28,7 @@
 
 #include "bench_record.h"
 #include "command.h"
+#include "link_calibration.h"
 #include "options.h"
 #include "rank_launch.h"
 #include "sp_methods.h"
@@ -119,8 +125,52 @@ struct Shape {
 };
 
 // One method on one shape, on every rank (collective).
+std::string step_kind_label(const sp::Step& s) {
+  switch (s.kind) {
+    case sp::StepKind::kCompute: return "compute";
+    case sp::StepKind::kMerge: return "merge";
+    case sp::StepKind::kFinalize: return "finalize";
+    case sp::StepKind::kSendRecv: return "sendrecv";
+    case sp::StepKind::kAllToAll: return "alltoall";
+    case sp::StepKind::kPut: return "put";
+    case sp::StepKind::kGet: return "get";
+    case sp::StepKind::kSignal: return "signal";
+    case sp::StepKind::kWait: return "wait";
+    case sp::StepKind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+// One run's measured step times on this rank next to the sim's, as JSON.
+void write_timeline(const std::string& path, const std::string& method, const Shape& shape,
+                    const sp::SpAttention& layer, const std::vector<sp::StepTiming>& measured,
+                    const sp::SimResult& sim, int rank) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  TESSERA_CHECK_ARG(f != nullptr, "--timeline: cannot write ", path);
+  const sp::RankPlan& rp = layer.plan().ranks[size_t(rank)];
+  std::vector<const sp::SimStepTime*> sim_of(rp.steps.size(), nullptr);
+  for (const sp::SimStepTime& t : sim.timeline)
+    if (t.rank == rank && t.step < int(rp.steps.size())) sim_of[size_t(t.step)] = &t;
+  std::fprintf(f, "{\"method\": \"%s\", \"case\": \"%s\", \"rank\": %d, \"steps\": [\n",
+               method.c_str(), shape.label().c_str(), rank);
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const sp::Step& s = rp.steps[i];
+    std::string note = s.note;
+    std::replace(note.begin(), note.end(), '"', '\'');
+    std::fprintf(f,
+                 "  {\"step\": %d, \"stream\": %d, \"kind\": \"%s\", \"note\": \"%s\", "
+                 "\"start_us\": %.2f, \"end_us\": %.2f, \"sim_start_us\": %.2f, "
+                 "\"sim_end_us\": %.2f}%s\n",
+                 measured[i].step, measured[i].stream, step_kind_label(s).c_str(), note.c_str(),
+                 measured[i].start_us, measured[i].end_us, sim_of[i] ? sim_of[i]->start_us : -1.0,
+                 sim_of[i] ? sim_of[i]->end_us : -1.0, i + 1 < measured.size() ? "," : "");
+  }
+  std::fprintf(f, "]}\n");
+  std::fclose(f);
+}
+
 Row bench_method(RankContext& ctx, const Shape& shape, const MethodSpec& spec, const Options& opt,
-                 const std::vector<Tensor>& full_kv) {
+                 const std::string& cost, const std::vector<Tensor>& full_kv) {
   Row row;
   row.method = spec.label;
   sp::PlanRequest req;
@@ -135,7 +185,7 @@ Row bench_method(RankContext& ctx, const Shape& shape, const MethodSpec& spec, c
   req.options.method = spec.method;
   req.options.comm = spec.comm;
   sp::SpAttentionOptions layer_options;
-  layer_options.cost_overrides = opt.text("cost");
+  layer_options.cost_overrides = cost;
   std::unique_ptr<sp::SpAttention> layer;
   try {
     layer = sp::SpAttention::create(ctx, req, layer_options);
@@ -248,10 +298,20 @@ Row bench_method(RankContext& ctx, const Shape& shape, const MethodSpec& spec, c
                                    1e6);
   }
   sp::CostModel model = sp::CostModel::for_topology(ctx.topology);
-  model.apply(opt.text("cost"));
+  model.apply(cost);
   const sp::SimResult sim = sp::simulate(plan, model);
   row.sim_us = sim.total_us;
   row.sim_hidden = sim.hidden_comm_fraction();
+
+  if (!opt.text("timeline").empty()) {
+    layer->enable_timeline(true);
+    layer->run(io, s);
+    std::string name = spec.label;
+    std::replace(name.begin(), name.end(), ':', '_');
+    write_timeline(str(opt.text("timeline"), "-", name, "-rank", ctx.rank, ".json"), spec.label,
+                   shape, *layer, layer->last_timeline(), sim, ctx.rank);
+    layer->enable_timeline(false);
+  }
   return row;
 }
 
@@ -279,6 +339,7 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
        {"link-latency-us", "-1", "emulated link latency in us (overrides --link)"},
        {"heap", "auto", "symmetric heap: nvshmem, ipc or auto"},
        {"cost", "", "cost model overrides for auto, mesh and sim_us (key=value,...)"},
+       {"timeline", "", "write per-rank step timelines of one run to PREFIX-<method>-rank<r>.json"},
        {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
@@ -340,6 +401,17 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
       per_method * seqs.size() * std::max<size_t>(one_sided, 1) + (size_t(64) << 20);
 
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
+    std::string cost = opt.text("cost");
+    if (ctx.backend == Backend::kCuda && ctx.topology.emulated &&
+        ctx.topology.num_machines() > 1) {
+      const MeasuredLink two_sided = measure_emulated_two_sided(ctx);
+      cost = cost_overrides(two_sided) + (cost.empty() ? "" : "," + cost);
+      if (ctx.rank == 0) {
+        std::printf("# two-sided traffic between emulated machines (NCCL sockets), measured: "
+                    "%.2f GB/s per GPU, %.1f us; the cost model uses it\n",
+                    two_sided.bandwidth_gbps, two_sided.latency_us);
+      }
+    }
     std::vector<BenchRecord> records;
     int64_t failed = 0;
     for (int64_t L : seqs) {
@@ -355,7 +427,8 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
           make_input(ctx, shape.dtype, 2, shape.batch, shape.kv_heads, shape.head_dim, all,
                      ctx.stream)};
       std::vector<Row> rows;
-      for (const MethodSpec& m : methods) rows.push_back(bench_method(ctx, shape, m, opt, full_kv));
+      for (const MethodSpec& m : methods)
+        rows.push_back(bench_method(ctx, shape, m, opt, cost, full_kv));
       if (ctx.rank != 0) continue;
       const std::string topo = topology_label(ctx.topology);
       std::printf("# tessera bench sp: %d ranks, %s, backend %s, %s", ctx.size, topo.c_str(),

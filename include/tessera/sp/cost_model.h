@@ -37,6 +37,10 @@ struct CostModel {
   LinkCost pcie{25.0, 5.0};
   LinkCost network{50.0, 5.0};  // replaced by the topology's cross link
   LinkCost emulated_network{50.0, 5.0};
+  // Two-sided (NCCL) traffic between emulated machines does not take the paced link: NCCL
+  // runs its socket transport over loopback (measured ~3 GB/s per GPU on the H200 machine,
+  // docs/PERF.md). `tessera bench sp` measures it at start and sets these terms.
+  LinkCost emulated_two_sided{3.0, 50.0};
 
   double attn_tflops_d64 = 430.0;  // peak attention forward, bf16, per head_dim
   double attn_tflops_d128 = 620.0;
@@ -52,8 +56,11 @@ struct CostModel {
 
   const LinkCost& link(LinkClass link) const;
   LinkCost& link(LinkClass link);
-  // latency + bytes / bandwidth, without queueing.
-  double transfer_us(LinkClass link, int64_t bytes) const;
+  // The cost of `link` for traffic of `comm` (two-sided across emulated machines differs).
+  const LinkCost& link(LinkClass link, CommMode comm) const;
+  // latency + bytes / bandwidth, without queueing (one-sided, or two-sided where it differs).
+  double transfer_us(LinkClass link, int64_t bytes,
+                     CommMode comm = CommMode::kOneSided) const;
   double attention_peak_tflops(int head_dim) const;
   // One attention call: `q_heads` heads, q_rows x kv_rows of which `visible_pairs` unmasked.
   double attention_us(const AttentionShape& shape, int q_heads, int64_t q_rows, int64_t kv_rows,
@@ -63,7 +70,8 @@ struct CostModel {
   // H200 defaults with the topology's cross-machine link for network classes.
   static CostModel for_topology(const Topology& topology);
   // Sets one term by name (calibration, CLI flags): nvlink_gbps, nvlink_us, pcie_gbps,
-  // pcie_us, network_gbps, network_us (both network classes), attn_tflops_d64,
+  // pcie_us, network_gbps, network_us (both network classes), emulated_two_sided_gbps,
+  // emulated_two_sided_us, attn_tflops_d64,
   // attn_tflops_d128, attn_kv_half_rows, num_sms, q_tile_rows, launch_us, hbm_gbps,
   // two_sided_step_us, one_sided_step_us, two_sided_compute_slowdown, barrier_hops.
   // Throws kInvalidArgument naming an unknown key.
