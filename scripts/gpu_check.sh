@@ -2,7 +2,8 @@
 # A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
 # configure and build with every core, run the gpu tests, run the benchmarks with their
 # anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
-#   STAGES="build test comm launchers sp attn" selects stages (default: all of them).
+#   STAGES="build test comm launchers sp attn spsweep" selects stages (default: all but spsweep,
+#   the long sequence-parallel sweep of scripts/sp_sweep.sh; PARTS selects its parts).
 # Everything lands in OUTDIR/work/ and is packed into OUTDIR/gpu-check.tgz at the end (the
 # device tool brings back few files).
 set -uo pipefail
@@ -49,6 +50,9 @@ fi
 if has sp; then
   $bin demo --json-prefix "$out/sp" >"$out/sp.log" 2>&1 || status=1
 fi
+if has spsweep; then
+  scripts/sp_sweep.sh "$bin" "$out" || status=1
+fi
 if has attn && $bin bench attn --help >/dev/null 2>&1; then
   $bin bench attn --json "$out/attn.json" >"$out/attn.log" 2>&1 || status=1
 fi
@@ -56,4 +60,6 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/comm.log" ] && { echo "=== comm ==="; python3 bench/report.py "$out"/comm*.json "$out"/torch_comm.json | grep -E " (64M|256M) "; }
 [ -f "$out/attn.log" ] && { echo "=== attn ==="; grep -v "^\[" "$out/attn.log" | tail -30; }
 [ -f "$out/sp.log" ] && { echo "=== sp ==="; grep -v "^\[" "$out/sp.log" | tail -40; }
+[ -f "$out/sp_sweep.log" ] && { echo "=== sp sweep ==="; grep -E "^(#|  )" "$out/sp_sweep.log" | grep -v "^# method"; }
+[ -f "$out/usp.log" ] && { echo "=== torch USP ==="; grep -E "^RESULT|Error|error" "$out/usp.log" | head -20; }
 exit $status

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The sequence-parallel attention sweep behind docs/PERF.md (issue 4): every method side by
+# side with `tessera bench sp`, on the real topology and on emulated machines, with the shapes
+# of the StreamFusion paper, and the torch.distributed USP peer on the real topology.
+#   scripts/sp_sweep.sh BIN OUTDIR           (run by scripts/gpu_check.sh's spsweep stage)
+#   PARTS="flux1x4 cog1x4 usp 4x1paper 2x2 4x1nic 2x2paper" selects parts (default: all).
+# Shapes: Flux-12B (H24 D128, L 36864 and 65536 image tokens + 512 joint text tokens) and
+# CogVideoX as the paper gives it (H24 D64, L 65536 and 131072, no joint tokens).
+set -uo pipefail
+bin=$1
+out=$2
+mkdir -p "$out"
+parts=${PARTS:-"flux1x4 cog1x4 usp 4x1paper 2x2 4x1nic 2x2paper"}
+has() { [[ " $parts " == *" $1 "* ]]; }
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+status=0
+flux=(--heads 24 --head-dim 128 --joint 512)
+cog=(--heads 24 --head-dim 64 --joint 0)
+# Emulated machines: fewer timed runs (a slow link makes each run long).
+slow=(--warmup 2 --iters 5)
+
+sp() {  # sp NAME ARGS...: one bench sp run, log and JSON under OUTDIR
+  local name=$1
+  shift
+  echo "--- bench sp $name: $*" >>"$out/sp_sweep.log"
+  $bin bench sp "$@" --json "$out/sp_$name.json" >>"$out/sp_sweep.log" 2>&1 || status=1
+}
+
+has flux1x4 && sp flux_1x4 "${flux[@]}" --seq 36864,65536 --timeline "$out/tl_flux_1x4"
+has cog1x4 && sp cog_1x4 "${cog[@]}" --seq 65536,131072
+if has usp; then
+  for args in "--seq 36864,65536 ${flux[*]}" "--seq 65536,131072 ${cog[*]}"; do
+    # shellcheck disable=SC2086
+    torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_usp.py $args \
+      --json "$out/usp_$(echo "$args" | tr -cd '0-9' | cut -c1-12).json" >>"$out/usp.log" 2>&1 || status=1
+  done
+fi
+if [ "$ngpu" -ge 4 ]; then
+  has 4x1paper && sp flux_4x1_paper "${flux[@]}" --seq 36864 --emulate-nodes "$ngpu" --link paper \
+    "${slow[@]}" --timeline "$out/tl_flux_4x1_paper"
+  has 4x1paper && sp cog_4x1_paper "${cog[@]}" --seq 65536 --emulate-nodes "$ngpu" --link paper "${slow[@]}"
+  has 2x2 && sp flux_2x2_nic400 "${flux[@]}" --seq 36864 --emulate-nodes 2 "${slow[@]}"
+  has 4x1nic && sp flux_4x1_nic400 "${flux[@]}" --seq 36864 --emulate-nodes "$ngpu" "${slow[@]}"
+  has 2x2paper && sp flux_2x2_paper "${flux[@]}" --seq 36864 --emulate-nodes 2 --link paper "${slow[@]}"
+fi
+exit $status
