@@ -1,19 +1,18 @@
 #!/usr/bin/env python3
 """Draws per-rank timelines of one sequence-parallel run: what overlapped with what.
 
-Input: the files `tessera bench sp --timeline PREFIX` writes, PREFIX-<method>-rank<r>.json, one
-per rank, each listing every step of the rank's plan with its measured interval (start_us,
+Input: the files `tessera bench sp --timeline PREFIX` writes, STEM-rank<r>.json with
+STEM = PREFIX-<method>-L<seq> (':' in the method written '_'), one per rank, each listing every step of the rank's plan with its measured interval (start_us,
 end_us from the start of the run on that rank) and the sim executor's interval for the same
 step. Output: one PNG with two panels, measured above and the cost model's sim below; one lane
 per (rank, stream): stream 0 computes, streams 1.. communicate. Steps the executor fused into
 one attention launch share a bar.
 
-    python3 bench/timeline.py PREFIX METHOD -o docs/img/timeline.png [--title "..."]
+    python3 bench/timeline.py STEM -o docs/img/timeline.png [--title "..."]
 """
 import argparse
 import glob
 import json
-import re
 import sys
 
 COLORS = {
@@ -23,11 +22,10 @@ COLORS = {
 }
 
 
-def load(prefix, method):
-    name = method.replace(":", "_")
-    paths = glob.glob(f"{prefix}-{name}-rank*.json")
+def load(stem):
+    paths = glob.glob(f"{stem}-rank*.json")
     if not paths:
-        sys.exit(f"timeline.py: no files {prefix}-{name}-rank*.json")
+        sys.exit(f"timeline.py: no files {stem}-rank*.json")
     runs = []
     for p in paths:
         with open(p) as f:
@@ -75,8 +73,7 @@ def draw(ax, runs, start_key, end_key, title):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("prefix", help="the --timeline PREFIX of tessera bench sp")
-    ap.add_argument("method", help="method label as bench sp prints it, e.g. ring or torus:one-sided")
+    ap.add_argument("stem", help="PREFIX-<method>-L<seq> of the files, e.g. out/tl-torus_one-sided-L36864")
     ap.add_argument("-o", "--output", required=True, help="PNG to write")
     ap.add_argument("--title", default="", help="figure title (default: method and case)")
     args = ap.parse_args()
@@ -84,7 +81,7 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = load(args.prefix, args.method)
+    runs = load(args.stem)
     title = args.title or f"{runs[0]['method']}: {runs[0]['case']}"
     n = len(lanes(runs))
     fig, axes = plt.subplots(2, 1, figsize=(11, 1.2 + 0.32 * n * 2))

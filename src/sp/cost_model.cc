@@ -48,15 +48,26 @@ double CostModel::attention_peak_tflops(int head_dim) const {
 
 double CostModel::attention_us(const AttentionShape& shape, int q_heads, int64_t q_rows,
                                int64_t kv_rows, int64_t pairs) const {
-  if (pairs <= 0 || q_rows <= 0 || kv_rows <= 0 || q_heads <= 0) return launch_us;
-  const double flops = 4.0 * double(shape.batch) * q_heads * double(pairs) * shape.head_dim;
-  const double ctas =
-      double(shape.batch) * q_heads * std::ceil(double(q_rows) / std::max(1, q_tile_rows));
-  const double kv_per_row = double(pairs) / double(q_rows);
-  const double util =
-      std::min(1.0, ctas / std::max(1, num_sms)) * (kv_per_row / (kv_per_row + attn_kv_half_rows));
-  const double tflops = attention_peak_tflops(shape.head_dim) * std::max(util, 1e-3);
-  return launch_us + flops / (tflops * 1e6);  // TFLOP/s = 1e6 flop per microsecond
+  const AttentionJobCost job{q_heads, q_rows, kv_rows, pairs};
+  return attention_launch_us(shape, std::span<const AttentionJobCost>(&job, 1));
+}
+
+double CostModel::attention_launch_us(const AttentionShape& shape,
+                                      std::span<const AttentionJobCost> jobs) const {
+  double ctas = 0.0;
+  double full_grid_us = 0.0;  // the jobs' time if the grid filled every SM
+  for (const AttentionJobCost& j : jobs) {
+    if (j.visible_pairs <= 0 || j.q_rows <= 0 || j.kv_rows <= 0 || j.q_heads <= 0) continue;
+    const double flops = 4.0 * double(shape.batch) * j.q_heads * double(j.visible_pairs) *
+                         shape.head_dim;
+    ctas += double(shape.batch) * j.q_heads * std::ceil(double(j.q_rows) / std::max(1, q_tile_rows));
+    const double kv_per_row = double(j.visible_pairs) / double(j.q_rows);
+    const double kv_util = kv_per_row / (kv_per_row + attn_kv_half_rows);
+    full_grid_us += flops / (attention_peak_tflops(shape.head_dim) * std::max(kv_util, 1e-3) * 1e6);
+  }
+  if (ctas == 0.0) return launch_us;
+  const double grid_util = std::min(1.0, ctas / std::max(1, num_sms));
+  return launch_us + full_grid_us / std::max(grid_util, 1e-3);  // TFLOP/s = 1e6 flop per us
 }
 
 double CostModel::state_pass_us(int64_t bytes) const {

@@ -70,6 +70,19 @@ Geometry plane_geometry(const AttentionShape& shape, const SlotDesc& slot, const
   return g;
 }
 
+// A one-sided plane moves through SymmetricHeap put/get (copy engines or the paced link, no
+// SMs) when it is at most this many pitched transfers; a more scattered one goes through a
+// peer pointer as one SM copy where the peer is load/store reachable. Through the heap, a
+// local side laid out otherwise is packed / unpacked in local memory (a fast SM pass) instead
+// of reading or writing NVLink from SMs for the whole transfer.
+constexpr int kMaxHeapTransfersPerPlane = 8;
+
+int pitched_groups(const Geometry& g) {
+  int n = 0;
+  g.for_each_pitched([&](int64_t, int64_t, int64_t, int64_t) { ++n; });
+  return n;
+}
+
 // Signal slots of each heap handed to executors: live ranges [begin, end). Every rank creates
 // its executors in the same order, so first fit gives every rank the same slots.
 std::mutex g_signal_mutex;
@@ -812,18 +825,19 @@ void PlanExecutor::run_put(const Step& step, const StepState& st, const Stream& 
       continue;
     }
     const Geometry remote = remote_geometry(x.peer, t.dst.slot, x.plane, t.dst.region);
-    if (!remote.is_contiguous() || !src.is_contiguous()) {
-      // Strided: store straight into the peer's memory where it is load/store reachable.
-      if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
-        copy_strided(remote.view(peer_base, device()), src, s);
-        continue;
-      }
-    }
     // Issued in the remote slot's storage order (its runs are then as long as they get: a
     // head-major slot's head group is one run of rows), with the source packed in that order
     // when it is laid out otherwise.
     const std::array<int, 4> order = remote.storage_order();
     const Geometry dst = remote.permuted(order);
+    if (!src.is_contiguous() && pitched_groups(dst) > kMaxHeapTransfersPerPlane) {
+      // Many scattered runs: store straight into the peer's memory where it is load/store
+      // reachable (SM copies, which compete with the overlapped attention for SMs).
+      if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
+        copy_strided(remote.view(peer_base, device()), src, s);
+        continue;
+      }
+    }
     TensorView from_view = Geometry::of(src).permuted(order).view(src.data(), device());
     if (!from_view.is_contiguous()) {
       const TensorView packed = staging_view(x, dst);
@@ -866,16 +880,16 @@ void PlanExecutor::run_get(const StepState& st, const Stream& s) {
       continue;
     }
     const Geometry remote = remote_geometry(x.peer, t.src.slot, x.plane, t.src.region);
-    if (!remote.is_contiguous() || !dst.is_contiguous()) {
+    // In the remote slot's storage order, as run_put; unpacked from staging when the
+    // destination is laid out otherwise.
+    const std::array<int, 4> order = remote.storage_order();
+    const Geometry src = remote.permuted(order);
+    if (!dst.is_contiguous() && pitched_groups(src) > kMaxHeapTransfersPerPlane) {
       if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
         copy_strided(dst, remote.view(peer_base, device()), s);
         continue;
       }
     }
-    // In the remote slot's storage order, as run_put; unpacked from staging when the
-    // destination is laid out otherwise.
-    const std::array<int, 4> order = remote.storage_order();
-    const Geometry src = remote.permuted(order);
     const TensorView into_view = Geometry::of(dst).permuted(order).view(dst.data(), device());
     const bool unpack = !into_view.is_contiguous();
     const TensorView target = unpack ? staging_view(x, src) : into_view;

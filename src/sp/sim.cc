@@ -9,7 +9,10 @@
 #include <queue>
 #include <set>
 
+#include "executor_fusion.h"
+#include "executor_schedule.h"
 #include "json_writer.h"
+#include "tessera/attn/attention.h"
 #include "tessera/core/error.h"
 
 namespace tessera::sp {
@@ -138,6 +141,7 @@ class Simulator {
     egress_.assign(P, std::vector<double>(kNumLinkClasses, 0.0));
     ingress_.assign(P, std::vector<double>(kNumLinkClasses, 0.0));
     two_sided_in_flight_.assign(P, 0);
+    plan_launches();
     for (int r = 0; r < P; ++r) {
       const RankPlan& rp = plan_.ranks[r];
       steps_[r].resize(rp.steps.size());
@@ -242,19 +246,61 @@ class Simulator {
     start_step({r, i}, now);
   }
 
-  double compute_duration(int r, const Step& s) const {
+  // The compute launches the executor issues (executor_fusion.h), per rank; without them
+  // (a plan the schedule cannot run: the sim reports its deadlock) every step is one launch.
+  void plan_launches() {
+    fused_.clear();
+    try {
+      const auto actions = detail::schedule_plan(plan_);
+      for (int r = 0; r < plan_.world_size; ++r) {
+        fused_.push_back(detail::fuse_compute_steps(plan_.ranks[size_t(r)], actions[size_t(r)],
+                                                    attn::kMaxJobsPerLaunch,
+                                                    attn::kMaxChunksPerLaunch));
+      }
+    } catch (const Error&) {
+      fused_.clear();
+    }
+  }
+
+  static detail::FusedJob single_job(int index, const Step& s) {
+    detail::FusedJob job;
+    job.first_step = index;
+    for (int k = 0; k < int(s.compute.kv.size()); ++k) job.chunks.push_back({index, k});
+    return job;
+  }
+
+  // A fused launch costs its whole time at its last member; the others take none (they are
+  // consecutive on their stream, so the stream is busy for the launch either way).
+  double compute_launch_us(int r, int index, const Step& s) const {
+    const RankPlan& rp = plan_.ranks[size_t(r)];
+    std::vector<detail::FusedJob> jobs;
+    if (fused_.empty()) {
+      jobs.push_back(single_job(index, s));
+    } else {
+      const detail::ComputeLaunches& f = fused_[size_t(r)];
+      const detail::ComputeLaunch& l = f.launches[size_t(f.launch_of_step[size_t(index)])];
+      if (l.steps.back() != index) return 0.0;
+      jobs = l.jobs;
+    }
+    std::vector<AttentionJobCost> costs;
+    for (const detail::FusedJob& job : jobs) {
+      const ComputeSpec& c = rp.steps[size_t(job.first_step)].compute;
+      AttentionJobCost cost{c.q.ref.region.head_count, c.q.positions.count, 0, 0};
+      for (const auto& [step, k] : job.chunks) {
+        const AttnOperand& kv = rp.steps[size_t(step)].compute.kv[size_t(k)];
+        cost.kv_rows += kv.positions.count;
+        cost.visible_pairs += visible_pairs(c.q.positions, kv.positions, c.causal);
+      }
+      costs.push_back(cost);
+    }
+    return model_.attention_launch_us(plan_.shape, costs);
+  }
+
+  double compute_duration(int r, int index, const Step& s) const {
     const AttentionShape& shape = plan_.shape;
     switch (s.kind) {
       case StepKind::kCompute: {
-        const ComputeSpec& c = s.compute;
-        int64_t kv_rows = 0;
-        int64_t pairs = 0;
-        for (const AttnOperand& kv : c.kv) {
-          kv_rows += kv.positions.count;
-          pairs += visible_pairs(c.q.positions, kv.positions, c.causal);
-        }
-        double t = model_.attention_us(shape, c.q.ref.region.head_count, c.q.positions.count,
-                                       kv_rows, pairs);
+        double t = compute_launch_us(r, index, s);
         if (two_sided_in_flight_[r] > 0) t *= 1.0 + model_.two_sided_compute_slowdown;
         return t;
       }
@@ -289,7 +335,7 @@ class Simulator {
       case StepKind::kCompute:
       case StepKind::kMerge:
       case StepKind::kFinalize:
-        schedule_end(s, now + compute_duration(s.rank, step));
+        schedule_end(s, now + compute_duration(s.rank, s.index, step));
         break;
       case StepKind::kSendRecv: {
         ++two_sided_in_flight_[s.rank];
@@ -329,18 +375,36 @@ class Simulator {
           for (const StepRef& m : members) schedule_end(m, now + model_.barrier_hops * worst);
           break;
         }
-        std::map<StepRef, double> done;
-        for (const StepRef& m : members) done[m] = now;
-        for (const StepRef& m : members) {
-          for (const Transfer& t : step_of(m).transfers) {
-            if (t.src_rank != m.rank) continue;
-            const double d = launch(t, now, CommMode::kTwoSided);
-            done[m] = std::max(done[m], d);
-            const StepRef dst = receivers_.at(t.id);
-            done[dst] = std::max(done[dst], d);
+        // Every pair moves at once (NCCL runs an all-to-all's pairs in parallel): per link
+        // class, the collective takes as long as its busiest member's egress or ingress.
+        double end = now;
+        for (int cls = 0; cls < kNumLinkClasses; ++cls) {
+          std::map<int, int64_t> out, in;  // bytes per rank on this class
+          for (const StepRef& m : members) {
+            for (const Transfer& t : step_of(m).transfers) {
+              if (t.src_rank != m.rank || int(t.link) != cls) continue;
+              out[t.src_rank] += t.bytes;
+              in[t.dst_rank] += t.bytes;
+            }
           }
+          if (out.empty()) continue;
+          const LinkCost& c = model_.link(LinkClass(cls), CommMode::kTwoSided);
+          double begin = now;
+          int64_t busiest = 0;
+          for (const auto& [r, bytes] : out) {
+            begin = std::max(begin, egress_[r][cls]);
+            busiest = std::max(busiest, bytes);
+          }
+          for (const auto& [r, bytes] : in) {
+            begin = std::max(begin, ingress_[r][cls]);
+            busiest = std::max(busiest, bytes);
+          }
+          const double data_end = begin + double(busiest) / (c.bandwidth_gbps * 1e3);
+          for (const auto& [r, bytes] : out) egress_[r][cls] = data_end;
+          for (const auto& [r, bytes] : in) ingress_[r][cls] = data_end;
+          end = std::max(end, data_end + c.latency_us);
         }
-        for (const StepRef& m : members) schedule_end(m, done[m] + model_.two_sided_step_us);
+        for (const StepRef& m : members) schedule_end(m, end + model_.two_sided_step_us);
         break;
       }
       case StepKind::kPut:
@@ -411,6 +475,7 @@ class Simulator {
   std::vector<std::vector<std::vector<int>>> dependents_;
   std::vector<std::vector<double>> egress_, ingress_;
   std::vector<int> two_sided_in_flight_;
+  std::vector<detail::ComputeLaunches> fused_;  // per rank; empty: no fusion
   std::map<int, StepRef> senders_, receivers_;
   std::map<int, std::map<std::pair<StepKind, std::vector<int>>, int>> seen_;
   std::map<InstanceKey, std::vector<StepRef>> instances_;

@@ -8,14 +8,17 @@
 // reference and the method share nothing but the kernel). Columns:
 //   median_us    measured latency of one layer
 //   TFLOP/s/GPU  4 B H D (visible pairs of the whole sequence) / P / time (causal halves it)
+//   of_1gpu      TFLOP/s/GPU over the single-GPU kernel's TFLOP/s on the whole sequence,
+//                timed the same way in the same run on every GPU at once (the first row)
 //   sim_us       the sim executor's prediction of the same plan on the cost model
 //   MB_in        max over ranks of bytes received, inside machines and across machines
 //   max_diff     max |output - reference|; ok when within 2^-6 (four bf16 ulps at 1.0)
 // On emulated machines (cuda) the run starts by measuring the link two-sided traffic really
 // takes (NCCL sockets between emulated machines, link_calibration.h) and gives it to the cost
 // model behind auto, mesh and sim_us; --cost terms given by the user still win.
-// --timeline PREFIX writes, per method and rank, when each step of one more run began and ended
-// next to the sim's times for it (PREFIX-<method>-rank<r>.json; bench/timeline.py draws them).
+// --timeline PREFIX writes, per method, length and rank, when each step of one more run began
+// and ended next to the sim's times for it (PREFIX-<method>-L<seq>-rank<r>.json, ':' in the
+// method written '_'; bench/timeline.py draws them).
 // Inputs: element e of a tensor is a hash of (seed, tensor, b, position, head, d) mapped to
 // [-1, 1) and rounded to the dtype, so every rank generates its rows and the full K, V alike.
 #include <algorithm>
@@ -123,6 +126,13 @@ struct Shape {
                dtype_name(dtype), causal ? " causal" : "");
   }
 };
+
+// The FLOPs of the whole layer: 4 B H D (visible (q, k) pairs of joint + image tokens).
+double layer_flops(const Shape& s) {
+  const int64_t T = s.joint + s.seq;
+  const double pairs = s.causal ? double(T) * double(T + 1) / 2 : double(T) * double(T);
+  return 4.0 * double(s.batch) * s.heads * s.head_dim * pairs;
+}
 
 // One method on one shape, on every rank (collective).
 std::string step_kind_label(const sp::Step& s) {
@@ -284,10 +294,8 @@ Row bench_method(RankContext& ctx, const Shape& shape, const MethodSpec& spec, c
   row.ok = row.max_diff <= 1.0 / 64;
 
   // Model side: FLOPs, bytes per link class, the sim's prediction.
-  const int64_t T = shape.joint + shape.seq;
-  const double pairs = shape.causal ? double(T) * double(T + 1) / 2 : double(T) * double(T);
-  const double flops = 4.0 * double(shape.batch) * shape.heads * shape.head_dim * pairs;
-  row.tflops = row.median_us > 0 ? flops / ctx.size / (row.median_us * 1e-6) / 1e12 : 0;
+  row.tflops =
+      row.median_us > 0 ? layer_flops(shape) / ctx.size / (row.median_us * 1e-6) / 1e12 : 0;
   for (int r = 0; r < plan.world_size; ++r) {
     row.mb_intra = std::max(row.mb_intra, double(sp::bytes_received(plan, r, LinkClass::kNVLink) +
                                                  sp::bytes_received(plan, r, LinkClass::kPCIe)) /
@@ -308,10 +316,51 @@ Row bench_method(RankContext& ctx, const Shape& shape, const MethodSpec& spec, c
     layer->run(io, s);
     std::string name = spec.label;
     std::replace(name.begin(), name.end(), ':', '_');
-    write_timeline(str(opt.text("timeline"), "-", name, "-rank", ctx.rank, ".json"), spec.label,
+    write_timeline(str(opt.text("timeline"), "-", name, "-L", shape.seq, "-rank", ctx.rank, ".json"),
+                   spec.label,
                    shape, *layer, layer->last_timeline(), sim, ctx.rank);
     layer->enable_timeline(false);
   }
+  return row;
+}
+
+// The single-GPU kernel on the whole sequence (joint + image tokens), every rank at once on its
+// own GPU (so clocks and power are as in the distributed runs), timed like the methods: the
+// median per rank, the slowest rank's. The yardstick of "TFLOP/s/GPU of P GPUs vs one GPU".
+Row bench_single_gpu(RankContext& ctx, const Shape& shape, const Options& opt,
+                     const std::vector<Tensor>& full_kv) {
+  Row row;
+  row.method = "single-GPU kernel";
+  row.params = "attn::forward over all L + J tokens, each GPU alone";
+  const Stream& s = ctx.stream;
+  const int64_t T = shape.joint + shape.seq;
+  std::vector<int64_t> all(static_cast<size_t>(T));
+  for (int64_t i = 0; i < T; ++i) all[size_t(i)] = i;
+  const Tensor q = make_input(ctx, shape.dtype, 0, shape.batch, shape.heads, shape.head_dim, all, s);
+  const Tensor o = Tensor::empty({shape.batch, T, shape.heads, shape.head_dim}, shape.dtype,
+                                 ctx.device);
+  const attn::MaskSpec mask{shape.causal, 0, 1, 0, 1};
+  const float scale = attn::default_softmax_scale(shape.head_dim);
+  auto once = [&] { attn::forward(q, full_kv[0], full_kv[1], o, TensorView(), mask, scale, s); };
+  for (int i = 0; i < int(opt.integer("warmup")); ++i) once();
+  const int iters = int(opt.integer("iters"));
+  std::vector<Event> starts, ends;
+  for (int i = 0; i < iters; ++i) {
+    starts.push_back(Event::create(s, true));
+    ends.push_back(Event::create(s, true));
+  }
+  for (int i = 0; i < iters; ++i) {
+    starts[size_t(i)].record(s);
+    once();
+    ends[size_t(i)].record(s);
+  }
+  s.synchronize();
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i)
+    us.push_back(1000.0 * ends[size_t(i)].elapsed_ms_since(starts[size_t(i)]));
+  row.median_us = max_across_ranks(ctx, median(us));
+  row.tflops = row.median_us > 0 ? layer_flops(shape) / (row.median_us * 1e-6) / 1e12 : 0;
+  row.ok = true;
   return row;
 }
 
@@ -339,7 +388,7 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
        {"link-latency-us", "-1", "emulated link latency in us (overrides --link)"},
        {"heap", "auto", "symmetric heap: nvshmem, ipc or auto"},
        {"cost", "", "cost model overrides for auto, mesh and sim_us (key=value,...)"},
-       {"timeline", "", "write per-rank step timelines of one run to PREFIX-<method>-rank<r>.json"},
+       {"timeline", "", "write per-rank step timelines of one run to PREFIX-<method>-L<seq>-rank<r>.json"},
        {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
@@ -427,6 +476,8 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
           make_input(ctx, shape.dtype, 2, shape.batch, shape.kv_heads, shape.head_dim, all,
                      ctx.stream)};
       std::vector<Row> rows;
+      if (ctx.backend == Backend::kCuda) rows.push_back(bench_single_gpu(ctx, shape, opt, full_kv));
+      const double single_tflops = rows.empty() ? 0.0 : rows.front().tflops;
       for (const MethodSpec& m : methods)
         rows.push_back(bench_method(ctx, shape, m, opt, cost, full_kv));
       if (ctx.rank != 0) continue;
@@ -437,17 +488,18 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
         std::printf(", emulated link %.1f GB/s %.1f us", ctx.options.emulated_link.bandwidth_gbps,
                     ctx.options.emulated_link.latency_us);
       }
-      std::printf("\n# %-18s %10s %11s %10s %10s %10s %10s %9s %3s  %s\n", "method", "median_us",
-                  "TFLOP/s/GPU", "sim_us", "sim_hidden", "MB_intra", "MB_cross", "max_diff", "ok",
-                  "plan");
+      std::printf("\n# %-18s %10s %11s %7s %10s %10s %10s %10s %9s %3s  %s\n", "method",
+                  "median_us", "TFLOP/s/GPU", "of_1gpu", "sim_us", "sim_hidden", "MB_intra",
+                  "MB_cross", "max_diff", "ok", "plan");
       for (const Row& r : rows) {
         if (!r.applicable) {
           std::printf("  %-18s not applicable: %s\n", r.method.c_str(), r.reason.c_str());
           continue;
         }
-        std::printf("  %-18s %10.1f %11.2f %10.1f %9.0f%% %10.3f %10.3f %9.2e %3s  %s\n",
-                    r.method.c_str(), r.median_us, r.tflops, r.sim_us, 100.0 * r.sim_hidden,
-                    r.mb_intra, r.mb_cross, r.max_diff,
+        const double of_single = single_tflops > 0 ? r.tflops / single_tflops : 0.0;
+        std::printf("  %-18s %10.1f %11.2f %7.3f %10.1f %9.0f%% %10.3f %10.3f %9.2e %3s  %s\n",
+                    r.method.c_str(), r.median_us, r.tflops, of_single, r.sim_us,
+                    100.0 * r.sim_hidden, r.mb_intra, r.mb_cross, r.max_diff,
                     r.ok ? "yes" : "NO", r.params.c_str());
         failed += r.ok ? 0 : 1;
         BenchRecord rec;
@@ -465,6 +517,7 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
         rec.extra["mb_in_intra"] = r.mb_intra;
         rec.extra["mb_in_cross"] = r.mb_cross;
         rec.extra["max_diff"] = r.max_diff;
+        if (single_tflops > 0) rec.extra["of_single_gpu"] = r.tflops / single_tflops;
         rec.extra_text["plan"] = r.params;
         records.push_back(rec);
       }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,14 @@ namespace tessera::sp {
 struct LinkCost {
   double bandwidth_gbps = 1.0;  // GB/s (1e9 bytes/s) per GPU and direction
   double latency_us = 0.0;
+};
+
+// One job of an attention launch, for CostModel::attention_launch_us.
+struct AttentionJobCost {
+  int q_heads = 0;
+  int64_t q_rows = 0;
+  int64_t kv_rows = 0;
+  int64_t visible_pairs = 0;
 };
 
 struct CostModel {
@@ -65,6 +74,11 @@ struct CostModel {
   // One attention call: `q_heads` heads, q_rows x kv_rows of which `visible_pairs` unmasked.
   double attention_us(const AttentionShape& shape, int q_heads, int64_t q_rows, int64_t kv_rows,
                       int64_t visible_pairs) const;
+  // One launch of several jobs (the executor fuses compute steps): one launch overhead, the
+  // jobs' CTAs share the grid (so small jobs ride along in the big ones' waves), each job's
+  // FLOPs at its own KV-length efficiency.
+  double attention_launch_us(const AttentionShape& shape,
+                             std::span<const AttentionJobCost> jobs) const;
   double state_pass_us(int64_t bytes) const;
 
   // H200 defaults with the topology's cross-machine link for network classes.
