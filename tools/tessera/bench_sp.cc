@@ -135,22 +135,6 @@ double layer_flops(const Shape& s) {
 }
 
 // One method on one shape, on every rank (collective).
-std::string step_kind_label(const sp::Step& s) {
-  switch (s.kind) {
-    case sp::StepKind::kCompute: return "compute";
-    case sp::StepKind::kMerge: return "merge";
-    case sp::StepKind::kFinalize: return "finalize";
-    case sp::StepKind::kSendRecv: return "sendrecv";
-    case sp::StepKind::kAllToAll: return "alltoall";
-    case sp::StepKind::kPut: return "put";
-    case sp::StepKind::kGet: return "get";
-    case sp::StepKind::kSignal: return "signal";
-    case sp::StepKind::kWait: return "wait";
-    case sp::StepKind::kBarrier: return "barrier";
-  }
-  return "?";
-}
-
 // One run's measured step times on this rank next to the sim's, as JSON.
 void write_timeline(const std::string& path, const std::string& method, const Shape& shape,
                     const sp::SpAttention& layer, const std::vector<sp::StepTiming>& measured,
@@ -171,7 +155,7 @@ void write_timeline(const std::string& path, const std::string& method, const Sh
                  "  {\"step\": %d, \"stream\": %d, \"kind\": \"%s\", \"note\": \"%s\", "
                  "\"start_us\": %.2f, \"end_us\": %.2f, \"sim_start_us\": %.2f, "
                  "\"sim_end_us\": %.2f}%s\n",
-                 measured[i].step, measured[i].stream, step_kind_label(s).c_str(), note.c_str(),
+                 measured[i].step, measured[i].stream, sp::step_kind_name(s.kind), note.c_str(),
                  measured[i].start_us, measured[i].end_us, sim_of[i] ? sim_of[i]->start_us : -1.0,
                  sim_of[i] ? sim_of[i]->end_us : -1.0, i + 1 < measured.size() ? "," : "");
   }
