@@ -127,6 +127,31 @@ struct Shape {
   }
 };
 
+// --warmup untimed calls of `fn`, then --iters timed back to back on the context's stream
+// (an event pair around each); the median per rank, the slowest rank's. Collective.
+template <typename Fn>
+double timed_median_us(RankContext& ctx, const Options& opt, const Fn& fn) {
+  const Stream& s = ctx.stream;
+  for (int i = 0; i < int(opt.integer("warmup")); ++i) fn();
+  const int iters = int(opt.integer("iters"));
+  std::vector<Event> starts, ends;
+  for (int i = 0; i < iters; ++i) {
+    starts.push_back(Event::create(s, true));
+    ends.push_back(Event::create(s, true));
+  }
+  for (int i = 0; i < iters; ++i) {
+    starts[size_t(i)].record(s);
+    fn();
+    ends[size_t(i)].record(s);
+  }
+  s.synchronize();
+  if (ctx.heap) ctx.heap->check_errors();
+  std::vector<double> us;
+  for (int i = 0; i < iters; ++i)
+    us.push_back(1000.0 * ends[size_t(i)].elapsed_ms_since(starts[size_t(i)]));
+  return max_across_ranks(ctx, median(us));
+}
+
 // The FLOPs of the whole layer: 4 B H D (visible (q, k) pairs of joint + image tokens).
 double layer_flops(const Shape& s) {
   const int64_t T = s.joint + s.seq;
@@ -227,25 +252,7 @@ Row bench_method(RankContext& ctx, const Shape& shape, const MethodSpec& spec, c
   if (o.view().numel() > 0) fill_bytes(o.data(), 0xFF, o.view().span_bytes(), s);  // NaN poison
   if (shape.joint > 0) fill_bytes(jo.data(), 0xFF, jo.view().span_bytes(), s);
 
-  const int warmup = int(opt.integer("warmup"));
-  const int iters = int(opt.integer("iters"));
-  for (int i = 0; i < warmup; ++i) layer->run(io, s);
-  std::vector<Event> starts, ends;
-  for (int i = 0; i < iters; ++i) {
-    starts.push_back(Event::create(s, true));
-    ends.push_back(Event::create(s, true));
-  }
-  for (int i = 0; i < iters; ++i) {
-    starts[size_t(i)].record(s);
-    layer->run(io, s);
-    ends[size_t(i)].record(s);
-  }
-  s.synchronize();
-  if (ctx.heap) ctx.heap->check_errors();
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i)
-    us.push_back(1000.0 * ends[size_t(i)].elapsed_ms_since(starts[size_t(i)]));
-  row.median_us = max_across_ranks(ctx, median(us));
+  row.median_us = timed_median_us(ctx, opt, [&] { layer->run(io, s); });
 
   // Reference: this rank's query rows against the whole K, V with the kernel itself.
   const float scale = layer->softmax_scale();
@@ -326,23 +333,7 @@ Row bench_single_gpu(RankContext& ctx, const Shape& shape, const Options& opt,
   const attn::MaskSpec mask{shape.causal, 0, 1, 0, 1};
   const float scale = attn::default_softmax_scale(shape.head_dim);
   auto once = [&] { attn::forward(q, full_kv[0], full_kv[1], o, TensorView(), mask, scale, s); };
-  for (int i = 0; i < int(opt.integer("warmup")); ++i) once();
-  const int iters = int(opt.integer("iters"));
-  std::vector<Event> starts, ends;
-  for (int i = 0; i < iters; ++i) {
-    starts.push_back(Event::create(s, true));
-    ends.push_back(Event::create(s, true));
-  }
-  for (int i = 0; i < iters; ++i) {
-    starts[size_t(i)].record(s);
-    once();
-    ends[size_t(i)].record(s);
-  }
-  s.synchronize();
-  std::vector<double> us;
-  for (int i = 0; i < iters; ++i)
-    us.push_back(1000.0 * ends[size_t(i)].elapsed_ms_since(starts[size_t(i)]));
-  row.median_us = max_across_ranks(ctx, median(us));
+  row.median_us = timed_median_us(ctx, opt, once);
   row.tflops = row.median_us > 0 ? layer_flops(shape) / (row.median_us * 1e-6) / 1e12 : 0;
   row.ok = true;
   return row;
