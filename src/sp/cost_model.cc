@@ -58,9 +58,10 @@ double CostModel::attention_launch_us(const AttentionShape& shape,
   double full_grid_us = 0.0;  // the jobs' time if the grid filled every SM
   for (const AttentionJobCost& j : jobs) {
     if (j.visible_pairs <= 0 || j.q_rows <= 0 || j.kv_rows <= 0 || j.q_heads <= 0) continue;
-    const double flops = 4.0 * double(shape.batch) * j.q_heads * double(j.visible_pairs) *
-                         shape.head_dim;
-    ctas += double(shape.batch) * j.q_heads * std::ceil(double(j.q_rows) / std::max(1, q_tile_rows));
+    const double flops =
+        4.0 * double(shape.batch) * j.q_heads * double(j.visible_pairs) * shape.head_dim;
+    ctas +=
+        double(shape.batch) * j.q_heads * std::ceil(double(j.q_rows) / std::max(1, q_tile_rows));
     const double kv_per_row = double(j.visible_pairs) / double(j.q_rows);
     const double kv_util = kv_per_row / (kv_per_row + attn_kv_half_rows);
     full_grid_us += flops / (attention_peak_tflops(shape.head_dim) * std::max(kv_util, 1e-3) * 1e6);
@@ -156,10 +157,11 @@ void CostModel::validate() const {
                       " GB/s, latency = ", c.latency_us,
                       " us: expected bandwidth > 0 and latency >= 0");
   }
-  TESSERA_CHECK_ARG(emulated_two_sided.bandwidth_gbps > 0 && emulated_two_sided.latency_us >= 0,
-                    "cost model emulated two-sided link: bandwidth = ",
-                    emulated_two_sided.bandwidth_gbps, " GB/s, latency = ",
-                    emulated_two_sided.latency_us, " us: expected bandwidth > 0 and latency >= 0");
+  TESSERA_CHECK_ARG(
+      emulated_two_sided.bandwidth_gbps > 0 && emulated_two_sided.latency_us >= 0,
+      "cost model emulated two-sided link: bandwidth = ", emulated_two_sided.bandwidth_gbps,
+      " GB/s, latency = ", emulated_two_sided.latency_us,
+      " us: expected bandwidth > 0 and latency >= 0");
   TESSERA_CHECK_ARG(attn_tflops_d64 > 0 && attn_tflops_d128 > 0,
                     "cost model attention peak = ", attn_tflops_d64, "/", attn_tflops_d128,
                     " TFLOP/s: expected > 0");

@@ -381,8 +381,10 @@ void PlanExecutor::plan_staging() {
       bool laid_out_alike = g.is_contiguous();
       if (step.kind == StepKind::kPut || step.kind == StepKind::kGet) {
         const SlotRef& remote = x.local_is_src ? x.transfer->dst : x.transfer->src;
-        const Geometry r = remote_geometry(x.peer, remote.slot, x.plane, remote.region);
-        laid_out_alike = g.permuted(r.storage_order()).is_contiguous();
+        x.remote = remote_geometry(x.peer, remote.slot, x.plane, remote.region);
+        x.remote_order = x.remote.storage_order();
+        x.scattered = pitched_groups(x.remote.permuted(x.remote_order)) > kMaxHeapTransfersPerPlane;
+        laid_out_alike = g.permuted(x.remote_order).is_contiguous();
       }
       if (g.numel() == 0 || (!bound_to_caller && laid_out_alike)) continue;
       x.staging_offset = int64_t(used);
@@ -741,10 +743,10 @@ void PlanExecutor::run_compute_launch(int index, const Stream& s) {
     const ComputeSpec& c = mine.steps[size_t(job.first_step)].compute;
     const attn::AttnState state{local_view(c.state.slot, 0, c.state.region),
                                 local_view(c.state.slot, 1, c.state.region)};
-    launch_jobs_.push_back({local_view(c.q.ref.slot, 0, c.q.ref.region), state,
-                            std::span<const attn::KvChunk>(launch_chunks_.data() + next_chunk,
-                                                           job.chunks.size()),
-                            !c.accumulate});
+    launch_jobs_.push_back(
+        {local_view(c.q.ref.slot, 0, c.q.ref.region), state,
+         std::span<const attn::KvChunk>(launch_chunks_.data() + next_chunk, job.chunks.size()),
+         !c.accumulate});
     next_chunk += job.chunks.size();
   }
   attn::accumulate(launch_jobs_, softmax_scale_, s);
@@ -824,21 +826,19 @@ void PlanExecutor::run_put(const Step& step, const StepState& st, const Stream& 
       copy_strided(local_view(t.dst.slot, x.plane, t.dst.region), src, s);
       continue;
     }
-    const Geometry remote = remote_geometry(x.peer, t.dst.slot, x.plane, t.dst.region);
     // Issued in the remote slot's storage order (its runs are then as long as they get: a
     // head-major slot's head group is one run of rows), with the source packed in that order
     // when it is laid out otherwise.
-    const std::array<int, 4> order = remote.storage_order();
-    const Geometry dst = remote.permuted(order);
-    if (!src.is_contiguous() && pitched_groups(dst) > kMaxHeapTransfersPerPlane) {
+    const Geometry dst = x.remote.permuted(x.remote_order);
+    if (!src.is_contiguous() && x.scattered) {
       // Many scattered runs: store straight into the peer's memory where it is load/store
       // reachable (SM copies, which compete with the overlapped attention for SMs).
       if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
-        copy_strided(remote.view(peer_base, device()), src, s);
+        copy_strided(x.remote.view(peer_base, device()), src, s);
         continue;
       }
     }
-    TensorView from_view = Geometry::of(src).permuted(order).view(src.data(), device());
+    TensorView from_view = Geometry::of(src).permuted(x.remote_order).view(src.data(), device());
     if (!from_view.is_contiguous()) {
       const TensorView packed = staging_view(x, dst);
       copy_strided(packed, from_view, s);
@@ -879,18 +879,17 @@ void PlanExecutor::run_get(const StepState& st, const Stream& s) {
       copy_strided(dst, local_view(t.src.slot, x.plane, t.src.region), s);
       continue;
     }
-    const Geometry remote = remote_geometry(x.peer, t.src.slot, x.plane, t.src.region);
     // In the remote slot's storage order, as run_put; unpacked from staging when the
     // destination is laid out otherwise.
-    const std::array<int, 4> order = remote.storage_order();
-    const Geometry src = remote.permuted(order);
-    if (!dst.is_contiguous() && pitched_groups(src) > kMaxHeapTransfersPerPlane) {
+    const Geometry src = x.remote.permuted(x.remote_order);
+    if (!dst.is_contiguous() && x.scattered) {
       if (void* peer_base = heap.peer_ptr(symmetric_, x.peer)) {
-        copy_strided(dst, remote.view(peer_base, device()), s);
+        copy_strided(dst, x.remote.view(peer_base, device()), s);
         continue;
       }
     }
-    const TensorView into_view = Geometry::of(dst).permuted(order).view(dst.data(), device());
+    const TensorView into_view =
+        Geometry::of(dst).permuted(x.remote_order).view(dst.data(), device());
     const bool unpack = !into_view.is_contiguous();
     const TensorView target = unpack ? staging_view(x, src) : into_view;
     const size_t es = dtype_size(src.dtype);

@@ -51,6 +51,7 @@
 //              barrier above
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,7 +74,6 @@ struct RunTensors {
   TensorView q, k, v, o;
   TensorView joint_q, joint_k, joint_v, joint_o;
 };
-
 
 class PlanExecutor {
  public:
@@ -128,6 +128,12 @@ class PlanExecutor {
     bool local_is_src = false;  // this rank reads (send / put) rather than writes
     int peer = -1;
     int64_t staging_offset = -1;  // bytes into the private buffer, -1: none reserved
+    // kPut / kGet to another rank, fixed for the plan (set by plan_staging): the remote
+    // region (offsets from the symmetric allocation), the order the transfer is issued in (the
+    // remote slot's storage order), and whether it is too scattered for heap transfers.
+    Geometry remote;
+    std::array<int, 4> remote_order = {0, 1, 2, 3};
+    bool scattered = false;
   };
   struct StepState {
     std::vector<PlaneTransfer> transfers;  // sorted by transfer id, then plane

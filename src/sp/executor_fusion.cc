@@ -109,7 +109,8 @@ class Fuser {
       if (!in_job) return false;
     }
     if (same_job >= 0) {
-      for (int k = 0; k < int(c.kv.size()); ++k) l.jobs[size_t(same_job)].chunks.push_back({index, k});
+      for (int k = 0; k < int(c.kv.size()); ++k)
+        l.jobs[size_t(same_job)].chunks.push_back({index, k});
       return true;
     }
     // A new job: one launch shares Hq and Hkv across its jobs.
@@ -136,8 +137,9 @@ class Fuser {
 
 }  // namespace
 
-ComputeLaunches fuse_compute_steps(const RankPlan& rank, const std::vector<ScheduledAction>& actions,
-                                   int max_jobs, int max_chunks) {
+ComputeLaunches fuse_compute_steps(const RankPlan& rank,
+                                   const std::vector<ScheduledAction>& actions, int max_jobs,
+                                   int max_chunks) {
   Fuser fuser(rank, max_jobs, max_chunks);
   for (const ScheduledAction& a : actions) {
     if (!a.end) fuser.start(a.step);

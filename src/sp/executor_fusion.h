@@ -47,7 +47,8 @@ struct ComputeLaunches {
 };
 
 // The launches of `rank`'s compute steps, issued in the order `actions` gives.
-ComputeLaunches fuse_compute_steps(const RankPlan& rank, const std::vector<ScheduledAction>& actions,
-                                   int max_jobs, int max_chunks);
+ComputeLaunches fuse_compute_steps(const RankPlan& rank,
+                                   const std::vector<ScheduledAction>& actions, int max_jobs,
+                                   int max_chunks);
 
 }  // namespace tessera::sp::detail

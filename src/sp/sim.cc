@@ -217,8 +217,11 @@ class Simulator {
           case StepKind::kSendRecv:
           case StepKind::kAllToAll:
           case StepKind::kPut:
-          case StepKind::kGet: transfers.emplace_back(st.start, st.end); break;
-          default: break;
+          case StepKind::kGet:
+            transfers.emplace_back(st.start, st.end);
+            break;
+          default:
+            break;
         }
       }
       result.comm_us[r] = union_length(std::move(transfers));
@@ -410,7 +413,8 @@ class Simulator {
       case StepKind::kPut:
       case StepKind::kGet: {
         double done = now;
-        for (const Transfer& t : step.transfers) done = std::max(done, launch(t, now, CommMode::kOneSided));
+        for (const Transfer& t : step.transfers)
+          done = std::max(done, launch(t, now, CommMode::kOneSided));
         schedule_end(s, done + model_.one_sided_step_us);
         break;
       }

@@ -48,9 +48,10 @@ PlanRequest request(int machines, int per_machine, Method method, int64_t joint)
 
 TEST(SpFusion, EveryComputeStepInExactlyOneLaunch) {
   int planned = 0;
-  for (Method method : {Method::kRing, Method::kUlysses, Method::kUsp, Method::kTas,
-                        Method::kTorus, Method::kMesh}) {
-    for (const auto& [machines, per_machine] : {std::pair{1, 4}, std::pair{2, 2}, std::pair{4, 1}}) {
+  for (Method method : {Method::kRing, Method::kUlysses, Method::kUsp, Method::kTas, Method::kTorus,
+                        Method::kMesh}) {
+    for (const auto& [machines, per_machine] :
+         {std::pair{1, 4}, std::pair{2, 2}, std::pair{4, 1}}) {
       for (int64_t joint : {int64_t(0), int64_t(64)}) {
         const PlanRequest req = request(machines, per_machine, method, joint);
         Plan plan;
@@ -63,12 +64,11 @@ TEST(SpFusion, EveryComputeStepInExactlyOneLaunch) {
         ++planned;
         const auto actions = schedule_plan(plan);
         for (int r = 0; r < plan.world_size; ++r) {
-          SCOPED_TRACE(str(method_name(method), " ", machines, "x", per_machine, " J", joint,
-                           " rank ", r));
+          SCOPED_TRACE(
+              str(method_name(method), " ", machines, "x", per_machine, " J", joint, " rank ", r));
           const RankPlan& rp = plan.ranks[size_t(r)];
-          const ComputeLaunches f = fuse_compute_steps(rp, actions[size_t(r)],
-                                                       attn::kMaxJobsPerLaunch,
-                                                       attn::kMaxChunksPerLaunch);
+          const ComputeLaunches f = fuse_compute_steps(
+              rp, actions[size_t(r)], attn::kMaxJobsPerLaunch, attn::kMaxChunksPerLaunch);
           std::map<int, int> seen_steps;
           std::set<std::pair<int, int>> folded;
           for (int l = 0; l < int(f.launches.size()); ++l) {
@@ -113,9 +113,8 @@ TEST(SpFusion, RingWithJointTokensIsOneLaunchPerRingStep) {
   PlanRequest req = request(1, 4, Method::kRing, 512);
   const Plan plan = make_plan(req, CostModel::for_topology(req.topology));
   const auto actions = schedule_plan(plan);
-  const ComputeLaunches f =
-      fuse_compute_steps(plan.ranks[0], actions[0], attn::kMaxJobsPerLaunch,
-                         attn::kMaxChunksPerLaunch);
+  const ComputeLaunches f = fuse_compute_steps(plan.ranks[0], actions[0], attn::kMaxJobsPerLaunch,
+                                               attn::kMaxChunksPerLaunch);
   ASSERT_EQ(f.launches.size(), 4u);
   for (const auto& launch : f.launches) EXPECT_EQ(launch.jobs.size(), 2u);  // image, joint Q
   // The first ring step folds the joint keys and the rank's own keys in one job each.
@@ -161,9 +160,8 @@ TEST(SpTimeline, StepsStartAfterTheirDepsAndFusedStepsShareAnInterval) {
         }
       }
       EXPECT_LT(layer->compute_launches(),
-                int(std::count_if(rp.steps.begin(), rp.steps.end(), [](const Step& s) {
-                  return s.kind == StepKind::kCompute;
-                })));
+                int(std::count_if(rp.steps.begin(), rp.steps.end(),
+                                  [](const Step& s) { return s.kind == StepKind::kCompute; })));
     });
   }
 }

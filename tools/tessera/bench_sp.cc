@@ -307,9 +307,9 @@ Row bench_method(RankContext& ctx, const Shape& shape, const MethodSpec& spec, c
     layer->run(io, s);
     std::string name = spec.label;
     std::replace(name.begin(), name.end(), ':', '_');
-    write_timeline(str(opt.text("timeline"), "-", name, "-L", shape.seq, "-rank", ctx.rank, ".json"),
-                   spec.label,
-                   shape, *layer, layer->last_timeline(), sim, ctx.rank);
+    write_timeline(
+        str(opt.text("timeline"), "-", name, "-L", shape.seq, "-rank", ctx.rank, ".json"),
+        spec.label, shape, *layer, layer->last_timeline(), sim, ctx.rank);
     layer->enable_timeline(false);
   }
   return row;
@@ -327,9 +327,10 @@ Row bench_single_gpu(RankContext& ctx, const Shape& shape, const Options& opt,
   const int64_t T = shape.joint + shape.seq;
   std::vector<int64_t> all(static_cast<size_t>(T));
   for (int64_t i = 0; i < T; ++i) all[size_t(i)] = i;
-  const Tensor q = make_input(ctx, shape.dtype, 0, shape.batch, shape.heads, shape.head_dim, all, s);
-  const Tensor o = Tensor::empty({shape.batch, T, shape.heads, shape.head_dim}, shape.dtype,
-                                 ctx.device);
+  const Tensor q =
+      make_input(ctx, shape.dtype, 0, shape.batch, shape.heads, shape.head_dim, all, s);
+  const Tensor o =
+      Tensor::empty({shape.batch, T, shape.heads, shape.head_dim}, shape.dtype, ctx.device);
   const attn::MaskSpec mask{shape.causal, 0, 1, 0, 1};
   const float scale = attn::default_softmax_scale(shape.head_dim);
   auto once = [&] { attn::forward(q, full_kv[0], full_kv[1], o, TensorView(), mask, scale, s); };
@@ -363,7 +364,8 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
        {"link-latency-us", "-1", "emulated link latency in us (overrides --link)"},
        {"heap", "auto", "symmetric heap: nvshmem, ipc or auto"},
        {"cost", "", "cost model overrides for auto, mesh and sim_us (key=value,...)"},
-       {"timeline", "", "write per-rank step timelines of one run to PREFIX-<method>-L<seq>-rank<r>.json"},
+       {"timeline", "",
+        "write per-rank step timelines of one run to PREFIX-<method>-L<seq>-rank<r>.json"},
        {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
@@ -426,14 +428,14 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
 
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     std::string cost = opt.text("cost");
-    if (ctx.backend == Backend::kCuda && ctx.topology.emulated &&
-        ctx.topology.num_machines() > 1) {
+    if (ctx.backend == Backend::kCuda && ctx.topology.emulated && ctx.topology.num_machines() > 1) {
       const MeasuredLink two_sided = measure_emulated_two_sided(ctx);
       cost = cost_overrides(two_sided) + (cost.empty() ? "" : "," + cost);
       if (ctx.rank == 0) {
-        std::printf("# two-sided traffic between emulated machines (NCCL sockets), measured: "
-                    "%.2f GB/s per GPU, %.1f us; the cost model uses it\n",
-                    two_sided.bandwidth_gbps, two_sided.latency_us);
+        std::printf(
+            "# two-sided traffic between emulated machines (NCCL sockets), measured: "
+            "%.2f GB/s per GPU, %.1f us; the cost model uses it\n",
+            two_sided.bandwidth_gbps, two_sided.latency_us);
       }
     }
     std::vector<BenchRecord> records;
@@ -474,8 +476,8 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
         const double of_single = single_tflops > 0 ? r.tflops / single_tflops : 0.0;
         std::printf("  %-18s %10.1f %11.2f %7.3f %10.1f %9.0f%% %10.3f %10.3f %9.2e %3s  %s\n",
                     r.method.c_str(), r.median_us, r.tflops, of_single, r.sim_us,
-                    100.0 * r.sim_hidden, r.mb_intra, r.mb_cross, r.max_diff,
-                    r.ok ? "yes" : "NO", r.params.c_str());
+                    100.0 * r.sim_hidden, r.mb_intra, r.mb_cross, r.max_diff, r.ok ? "yes" : "NO",
+                    r.params.c_str());
         failed += r.ok ? 0 : 1;
         BenchRecord rec;
         rec.bench = "sp";

@@ -41,10 +41,10 @@ double exchange_us(RankContext& ctx, size_t bytes, int iters) {
 }  // namespace
 
 MeasuredLink measure_emulated_two_sided(RankContext& ctx) {
-  TESSERA_CHECK_ARG(ctx.topology.emulated && ctx.topology.num_machines() > 1 &&
-                        ctx.topology.is_regular(),
-                    "measure_emulated_two_sided: topology ", ctx.topology.to_string(),
-                    ": expected emulated machines of equal size, more than one");
+  TESSERA_CHECK_ARG(
+      ctx.topology.emulated && ctx.topology.num_machines() > 1 && ctx.topology.is_regular(),
+      "measure_emulated_two_sided: topology ", ctx.topology.to_string(),
+      ": expected emulated machines of equal size, more than one");
   MeasuredLink link;
   const size_t big = size_t(64) << 20;
   link.latency_us = exchange_us(ctx, 4096, 5);

@@ -68,8 +68,7 @@ struct CostModel {
   // The cost of `link` for traffic of `comm` (two-sided across emulated machines differs).
   const LinkCost& link(LinkClass link, CommMode comm) const;
   // latency + bytes / bandwidth, without queueing (one-sided, or two-sided where it differs).
-  double transfer_us(LinkClass link, int64_t bytes,
-                     CommMode comm = CommMode::kOneSided) const;
+  double transfer_us(LinkClass link, int64_t bytes, CommMode comm = CommMode::kOneSided) const;
   double attention_peak_tflops(int head_dim) const;
   // One attention call: `q_heads` heads, q_rows x kv_rows of which `visible_pairs` unmasked.
   double attention_us(const AttentionShape& shape, int q_heads, int64_t q_rows, int64_t kv_rows,
