@@ -35,6 +35,10 @@ struct JobLaunch {
   int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_l = 0;
   int kv_begin = 0, kv_end = 0;  // range in LaunchDesc::kv
   bool fresh = false;            // accumulate: start from the empty state, do not read it
+  // accumulate: when set, the normalized output in the element type goes here instead of the
+  // state's O (AccumulateJob::final_o); the lse is written as always.
+  void* final_o = nullptr;
+  int64_t final_o_stride_b = 0, final_o_stride_l = 0, final_o_stride_h = 0;
 };
 
 struct LaunchDesc {

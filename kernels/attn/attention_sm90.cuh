@@ -10,6 +10,8 @@
 // state (O_state, lse_state) as if it were one more key with score lse_state and value
 // O_state, and writes the merged state back:
 //   m0 = lse_state, l0 = 1, acc0 = O_state  (or m0 = -inf, l0 = 0, acc0 = 0 when lse_state = -inf).
+// A job with a final output (the state's last fold) writes acc / l in the input dtype there
+// instead of the f32 state, and the lse as usual: the finalize pass folded into the epilogue.
 //
 // Grid: x = the m-blocks (kBlockM query rows) of all jobs, longest causal tiles first;
 // y = query head; z = batch. One CTA per tile, kNumThreads = 128 * (1 + kNumMmaWarpGroups):
@@ -176,6 +178,10 @@ struct JobParams {
   float* lse = nullptr;
   int64_t lse_stride_b = 0, lse_stride_h = 0, lse_stride_l = 0;
   int fresh = 0;  // accumulate: the state is empty (not read)
+  // accumulate: the state's last fold writes the normalized output here (Element) instead of
+  // the f32 state O; nullptr: writes the state.
+  void* final_o = nullptr;
+  int64_t final_o_stride_b = 0, final_o_stride_l = 0, final_o_stride_h = 0;
 };
 
 struct KvParams {
@@ -584,8 +590,13 @@ struct AttentionKernel {
 
     KvCursor<kBlockN> cur;
     cur.start(job, p.kv, t);
-    // The state already holds the answer (a fresh one still needs its empty state written).
-    if (!cur.valid() && p.accumulate && !job.fresh) return;
+    // The state already holds the answer (a fresh one still needs its empty state written);
+    // with a final output it still has to be converted. The producer loads nothing for such a
+    // tile (no Q either), so nothing here waits on it.
+    if (!cur.valid() && p.accumulate && !job.fresh) {
+      if (job.final_o != nullptr) finalize_tile(job, t, row_in_tile, col0);
+      return;
+    }
 
     typename Traits::TiledMmaQK mma_qk;
     typename Traits::TiledMmaPV mma_pv;
@@ -703,6 +714,30 @@ struct AttentionKernel {
     epilogue(p, job, t, tOrO, row_max, row_sum, row_in_tile, col0, lane);
   }
 
+  // A tile whose state no key changes: final_o = state O in the element type, rows with lse =
+  // -inf give 0 (finalize's result: the state is already normalized). The lse stays as it is.
+  // Same thread-to-element mapping as the epilogue.
+  __device__ static void finalize_tile(const JobParams& job, const TileInfo& t,
+                                       const int (&row_in_tile)[2], int col0) {
+    CUTE_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      const int64_t row = t.row_begin + row_in_tile[r];
+      if (row >= job.lq) continue;
+      const float lse =
+          job.lse[t.b * job.lse_stride_b + t.h * job.lse_stride_h + row * job.lse_stride_l];
+      const float* orow = static_cast<const float*>(job.o) + t.b * job.o_stride_b +
+                          row * job.o_stride_l + t.h * job.o_stride_h;
+      Element* out = static_cast<Element*>(job.final_o) + t.b * job.final_o_stride_b +
+                     row * job.final_o_stride_l + t.h * job.final_o_stride_h;
+      CUTE_UNROLL
+      for (int v = 0; v < kHeadDim / 8; ++v) {
+        float2 x = make_float2(0.0f, 0.0f);
+        if (lse != -INFINITY) x = *reinterpret_cast<const float2*>(orow + col0 + 8 * v);
+        *reinterpret_cast<uint32_t*>(out + col0 + 8 * v) = pack2<Element>(x.x, x.y);
+      }
+    }
+  }
+
   template <class TensorO>
   __device__ static void epilogue(const Params& p, const JobParams& job, const TileInfo& t,
                                   TensorO& o, const float (&row_max)[2], const float (&row_sum)[2],
@@ -716,16 +751,22 @@ struct AttentionKernel {
       const float lse = sum > 0.0f ? (row_max[r] + __log2f(sum)) * kLn2 : -INFINITY;
       const int64_t row = t.row_begin + row_in_tile[r];
       if (row >= job.lq) continue;
-      const int64_t offset = t.b * job.o_stride_b + row * job.o_stride_l + t.h * job.o_stride_h;
-      if (p.accumulate) {
-        float* orow = static_cast<float*>(job.o) + offset;
+      if (p.accumulate && job.final_o == nullptr) {
+        float* orow = static_cast<float*>(job.o) + t.b * job.o_stride_b + row * job.o_stride_l +
+                      t.h * job.o_stride_h;
         CUTE_UNROLL
         for (int v = 0; v < kHeadDim / 8; ++v) {
           *reinterpret_cast<float2*>(orow + col0 + 8 * v) =
               make_float2(o(make_coord(0, r, v), 0, 0) * inv, o(make_coord(1, r, v), 0, 0) * inv);
         }
       } else {
-        Element* orow = static_cast<Element*>(job.o) + offset;
+        // Forward's o, or the state's last fold writing its final output (same values as
+        // writing the f32 state and finalizing it: O * inv, rounded to nearest).
+        Element* orow = p.accumulate
+                            ? static_cast<Element*>(job.final_o) + t.b * job.final_o_stride_b +
+                                  row * job.final_o_stride_l + t.h * job.final_o_stride_h
+                            : static_cast<Element*>(job.o) + t.b * job.o_stride_b +
+                                  row * job.o_stride_l + t.h * job.o_stride_h;
         CUTE_UNROLL
         for (int v = 0; v < kHeadDim / 8; ++v) {
           *reinterpret_cast<uint32_t*>(orow + col0 + 8 * v) = pack2<Element>(
@@ -821,6 +862,10 @@ void launch_attention(const LaunchDesc& d) {
     out.lse_stride_h = in.lse_stride_h;
     out.lse_stride_l = in.lse_stride_l;
     out.fresh = in.fresh ? 1 : 0;
+    out.final_o = p.accumulate ? in.final_o : nullptr;
+    out.final_o_stride_b = in.final_o_stride_b;
+    out.final_o_stride_l = in.final_o_stride_l;
+    out.final_o_stride_h = in.final_o_stride_h;
   }
   for (int c = 0; c < d.num_kv; ++c) {
     const KvLaunchChunk& in = d.kv[c];

@@ -3,6 +3,7 @@
 #include "tessera/attn/attention.h"
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -216,6 +217,11 @@ void run_jobs(std::span<const detail::AttentionJob> jobs, bool accumulate, float
     if (accumulate) {
       if (job.fresh) init_state(AttnState{job.o, job.lse}, stream);
       fold_into_state(r, AttnState{job.o, job.lse});
+      // The cpu state is written anyway; final_o is then exactly what finalize writes.
+      if (!job.final_o.empty()) {
+        const Partial state{job.o, job.lse};
+        cpu_merge(std::span<const Partial>(&state, 1), job.final_o, TensorView());
+      }
     } else {
       store_result(r, job.o, job.lse);
     }
@@ -319,7 +325,17 @@ void accumulate(std::span<const AccumulateJob> jobs, float softmax_scale, const 
                           " like jobs[0].kv[0].k");
       }
     }
-    validated.push_back({job.q, job.state.o, job.state.lse, job.kv, job.fresh});
+    if (!job.final_o.empty()) {
+      const std::string fn = prefix + "final_o";
+      check_bshd(job.final_o, fn);
+      check_same_shape(job.final_o, job.q, fn, prefix + "q");
+      TESSERA_CHECK_ARG(job.final_o.dtype() == job.q.dtype(), fn, " has dtype ",
+                        dtype_name(job.final_o.dtype()), ": expected ", dtype_name(job.q.dtype()),
+                        " (q's)");
+      check_on_stream(job.final_o, stream, fn);
+      check_supported_on_backend(job.final_o, stream, fn, false);
+    }
+    validated.push_back({job.q, job.state.o, job.state.lse, job.kv, job.fresh, job.final_o});
   }
   run_jobs(validated, true, softmax_scale, stream);
 }
@@ -336,6 +352,17 @@ void finalize(const AttnState& state, const TensorView& o, const Stream& stream)
   }
   const Partial part{state.o, state.lse};
   merge(std::span<const Partial>(&part, 1), o, TensorView(), stream);
+}
+
+bool final_output_supported(const TensorView& o, const Stream& stream) {
+  if (stream.backend() != Backend::kCuda) return true;
+  // The cuda rule of every tensor the attention kernel writes (cuda_check_supported).
+  if (reinterpret_cast<uintptr_t>(o.data()) % 16 != 0) return false;
+  for (int d = 0; d < o.ndim() - 1; ++d) {
+    if (o.size(d) <= 1) continue;
+    if (o.stride(d) <= 0 || (o.stride(d) * int64_t(o.element_size())) % 16 != 0) return false;
+  }
+  return true;
 }
 
 void merge(std::span<const Partial> partials, const TensorView& o, const TensorView& lse,

@@ -15,6 +15,9 @@ struct AttentionJob {
   TensorView lse;  // f32 [B, Hq, Lq]; may be empty in forward
   std::span<const KvChunk> kv;
   bool fresh = false;  // accumulate: start from the empty state, do not read (o, lse)
+  // accumulate: write the normalized output here (q's dtype) instead of the state's O; empty:
+  // not used (AccumulateJob::final_o).
+  TensorView final_o{};
 };
 
 #ifdef TESSERA_WITH_CUDA

@@ -26,9 +26,12 @@ const LinkCost& CostModel::link(LinkClass link) const {
   return network;
 }
 
-const LinkCost& CostModel::link(LinkClass l, CommMode comm) const {
-  if (l == LinkClass::kEmulatedNetwork && comm == CommMode::kTwoSided) return emulated_two_sided;
-  return link(l);
+LinkCost CostModel::link(LinkClass l, CommMode comm) const {
+  if (l != LinkClass::kEmulatedNetwork || comm != CommMode::kTwoSided) return link(l);
+  LinkCost slower = emulated_network;
+  slower.bandwidth_gbps = std::min(slower.bandwidth_gbps, emulated_two_sided.bandwidth_gbps);
+  slower.latency_us = std::max(slower.latency_us, emulated_two_sided.latency_us);
+  return slower;
 }
 
 LinkCost& CostModel::link(LinkClass l) {
@@ -36,7 +39,7 @@ LinkCost& CostModel::link(LinkClass l) {
 }
 
 double CostModel::transfer_us(LinkClass l, int64_t bytes, CommMode comm) const {
-  const LinkCost& c = link(l, comm);
+  const LinkCost c = link(l, comm);
   // GB/s = 1e3 bytes per microsecond.
   return c.latency_us + double(bytes) / (c.bandwidth_gbps * 1e3);
 }

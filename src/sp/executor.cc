@@ -127,7 +127,8 @@ PlanExecutor::PlanExecutor(RankContext& ctx, Plan plan, float softmax_scale)
   std::vector<std::vector<ScheduledAction>> order = schedule_plan(plan_);
   actions_ = std::move(order[rank_]);
   steps_.resize(plan_.ranks[rank_].steps.size());
-  fused_ = fuse_compute_steps(plan_.ranks[rank_], actions_, attn::kMaxJobsPerLaunch,
+  link_tokens_.resize(steps_.size());
+  fused_ = fuse_compute_steps(plan_, rank_, actions_, attn::kMaxJobsPerLaunch,
                               attn::kMaxChunksPerLaunch);
   size_t max_jobs = 0, max_chunks = 0;
   for (const ComputeLaunch& l : fused_.launches) {
@@ -670,7 +671,8 @@ void PlanExecutor::start_step(int index, const Stream& s) {
       run_merge(step, s);
       break;
     case StepKind::kFinalize:
-      run_finalize(step, s);
+      // A folded finalize was done by its launch; its place keeps the waits and the event.
+      if (fused_.finalize_folded_into[size_t(index)] < 0) run_finalize(step, s);
       break;
     case StepKind::kSendRecv:
     case StepKind::kAllToAll:
@@ -739,17 +741,34 @@ void PlanExecutor::run_compute_launch(int index, const Stream& s) {
   }
   launch_jobs_.clear();
   size_t next_chunk = 0;
+  bool finalize_after = false;
   for (const FusedJob& job : launch.jobs) {
     const ComputeSpec& c = mine.steps[size_t(job.first_step)].compute;
     const attn::AttnState state{local_view(c.state.slot, 0, c.state.region),
                                 local_view(c.state.slot, 1, c.state.region)};
+    TensorView final_o;
+    if (job.finalize_step >= 0) {
+      const Step& fin = mine.steps[size_t(job.finalize_step)];
+      final_o = local_view(fin.dst.slot, 0, fin.dst.region);
+      // A caller's output laid out against the kernel's rules: finalize right after instead
+      // (the same place in the plan's order).
+      if (!attn::final_output_supported(final_o, s)) {
+        final_o = TensorView();
+        finalize_after = true;
+      }
+    }
     launch_jobs_.push_back(
         {local_view(c.q.ref.slot, 0, c.q.ref.region), state,
          std::span<const attn::KvChunk>(launch_chunks_.data() + next_chunk, job.chunks.size()),
-         !c.accumulate});
+         !c.accumulate, final_o});
     next_chunk += job.chunks.size();
   }
   attn::accumulate(launch_jobs_, softmax_scale_, s);
+  if (!finalize_after) return;
+  for (size_t j = 0; j < launch.jobs.size(); ++j) {
+    if (launch.jobs[j].finalize_step >= 0 && launch_jobs_[j].final_o.empty())
+      run_finalize(mine.steps[size_t(launch.jobs[j].finalize_step)], s);
+  }
 }
 
 void PlanExecutor::run_merge(const Step& step, const Stream& s) {
@@ -774,6 +793,17 @@ void PlanExecutor::run_finalize(const Step& step, const Stream& s) {
 
 void PlanExecutor::post_sends(const Step& step, const StepState& st, const Stream& s) {
   Communicator* comm = comms_[step.stream].get();
+  // What this rank receives from other emulated machines crosses their NICs from now on
+  // (without a heap there are no NIC clocks: the sockets' own speed).
+  std::vector<int>& tokens = link_tokens_[size_t(&step - plan_.ranks[rank_].steps.data())];
+  tokens.clear();
+  for (const PlaneTransfer& x : st.transfers) {
+    if (x.local_is_src || x.peer == rank_ || ctx_.heap == nullptr) continue;
+    const Transfer& t = *x.transfer;
+    const TensorView v = local_view(t.dst.slot, x.plane, t.dst.region);
+    const size_t bytes = size_t(v.numel()) * dtype_size(v.dtype());
+    if (bytes > 0) tokens.push_back(ctx_.heap->reserve_link(x.peer, bytes, s));
+  }
   if (cuda_ && comm) comm->group_begin();
   for (const PlaneTransfer& x : st.transfers) {
     const Transfer& t = *x.transfer;
@@ -807,6 +837,10 @@ void PlanExecutor::receive(const Step& step, const StepState& st, const Stream& 
     comm->recv(v.is_contiguous() ? v : staging_view(x, Geometry::of(v)), x.peer, s);
   }
   if (cuda_ && comm) comm->group_end();
+  // Held until the emulated link would have delivered it (NCCL's sockets may be faster).
+  for (int token : link_tokens_[size_t(&step - plan_.ranks[rank_].steps.data())]) {
+    ctx_.heap->hold_for_link(token, s);
+  }
   for (const PlaneTransfer& x : st.transfers) {
     if (x.local_is_src || x.peer == rank_) continue;
     const Transfer& t = *x.transfer;

@@ -40,7 +40,9 @@
 //              are issued as one multi-job launch where that changes nothing the plan orders
 //              (executor_fusion.h)
 //   kMerge     attn::merge({dst, src}) into dst; overwrite: strided copy of O and lse
-//   kFinalize  attn::finalize
+//   kFinalize  attn::finalize, or nothing where the launch that last writes its state writes the
+//              output instead (AccumulateJob::final_o; executor_fusion.h says when): the step
+//              then only waits for its deps and records its event (and a zero-length timing)
 //   kSendRecv / kAllToAll  send/recv of every transfer plane (sorted by transfer id, as the
 //              validator matches them), inside one NCCL group on cuda; strided regions are
 //              packed into / unpacked from staging
@@ -188,6 +190,7 @@ class PlanExecutor {
   std::vector<Event> step_begin_, step_end_;  // per step, when the timeline is on
   std::vector<SlotMemory> slots_;
   std::vector<StepState> steps_;
+  std::vector<std::vector<int>> link_tokens_;  // per step: reserve_link tokens of its receives
 
   Buffer private_buffer_;  // workspace slots and staging
   size_t private_bytes_ = 0;

@@ -256,9 +256,8 @@ class Simulator {
     try {
       const auto actions = detail::schedule_plan(plan_);
       for (int r = 0; r < plan_.world_size; ++r) {
-        fused_.push_back(detail::fuse_compute_steps(plan_.ranks[size_t(r)], actions[size_t(r)],
-                                                    attn::kMaxJobsPerLaunch,
-                                                    attn::kMaxChunksPerLaunch));
+        fused_.push_back(detail::fuse_compute_steps(
+            plan_, r, actions[size_t(r)], attn::kMaxJobsPerLaunch, attn::kMaxChunksPerLaunch));
       }
     } catch (const Error&) {
       fused_.clear();
@@ -311,6 +310,10 @@ class Simulator {
         return model_.state_pass_us((s.overwrite ? 2 : 3) *
                                     region_bytes(shape, SlotKind::kPartial, s.src.region));
       case StepKind::kFinalize:
+        // Folded into the launch that last writes its state: that launch's epilogue writes
+        // the output instead of the state (taken as the same cost), nothing is left here.
+        if (!fused_.empty() && fused_[size_t(r)].finalize_folded_into[size_t(index)] >= 0)
+          return 0.0;
         return model_.state_pass_us(region_bytes(shape, SlotKind::kPartial, s.src.region) +
                                     region_bytes(shape, SlotKind::kO, s.dst.region));
       default:
@@ -321,7 +324,7 @@ class Simulator {
   // Moves transfer t once both ends are ready at `now`; returns when its data has landed.
   double launch(const Transfer& t, double now, CommMode comm) {
     const int cls = int(t.link);
-    const LinkCost& c = model_.link(t.link, comm);
+    const LinkCost c = model_.link(t.link, comm);
     const double begin = std::max({now, egress_[t.src_rank][cls], ingress_[t.dst_rank][cls]});
     const double data_end = begin + double(t.bytes) / (c.bandwidth_gbps * 1e3);
     egress_[t.src_rank][cls] = data_end;

@@ -5,7 +5,7 @@
 // key must be exactly O = 0, lse = -inf. Shapes include 1, odd lengths and lengths that are
 // not multiples of any tile, separate Q and KV lengths, GQA/MQA, strided views, masks by
 // global positions, chunked accumulation over 1..16 (and 40) chunks, several jobs per launch,
-// merge and finalize.
+// merge and finalize, and the final output written by the state's last accumulate.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -447,6 +447,115 @@ TEST_F(AttnGpu, MergeAndFinalizeMatchTheWholeResult) {
   expect_within(compare(fo.h(), ml.h(), f32), tol, "finalize");
 }
 
+// A job with final_o writes what accumulate + finalize write: the same products O * (1 / l),
+// rounded to nearest, so the values are equal (up to the sign of a zero) and the lse bits are
+// the same. Cases: fresh and not (a state with rows that saw nothing), GQA, a causal chunk
+// whose first query tile sees no key (the kernel's no-visible-block path: fresh writes zeros,
+// not fresh converts the state), a job without chunks, a job of 40 chunks (two launches, the
+// final output from the second), a job without final_o in the same launch, and a final output
+// that is a head slice of a wider buffer whose other heads stay untouched.
+TEST_F(AttnGpu, FinalOutputEqualsAccumulateThenFinalize) {
+  const int64_t B = 2, Lq = 300, Lkv = 700, Hq = 4, Hkv = 2;
+  uint32_t seed = 900;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t D : {64, 128}) {
+      Mirrored q = random({B, Lq, Hq, D}, dtype, seed++);
+      Mirrored k = random({B, Lkv, Hkv, D}, dtype, seed++);
+      Mirrored v = random({B, Lkv, Hkv, D}, dtype, seed++);
+      const float scale = default_softmax_scale(D);
+      for (bool fresh : {true, false}) {
+        // kind 0: one full chunk; 1: causal, query rows [0, 150) see no key (the first tile
+        // sees none); 2: no chunk at all; 3: 40 causal chunks.
+        for (int kind = 0; kind < 4; ++kind) {
+          const std::string what =
+              str(dtype_name(dtype), " D", D, fresh ? " fresh" : "", " kind ", kind);
+          std::vector<KvChunk> kv;
+          if (kind == 0) kv.push_back({k.d(), v.d(), MaskSpec::none()});
+          if (kind == 1) kv.push_back({k.d(), v.d(), MaskSpec::causal_at(0, 150)});
+          if (kind == 3) kv = split_chunks(k.d(), v.d(), 40, MaskSpec::causal_at(400, 0));
+          // Identical starting states for both paths; a state that is not fresh holds an
+          // earlier fold in which rows [0, 100) saw nothing (lse = -inf).
+          Mirrored so[2] = {poisoned({B, Lq, Hq, D}, DType::kF32),
+                            poisoned({B, Lq, Hq, D}, DType::kF32)};
+          Mirrored sl[2] = {poisoned({B, Hq, Lq}, DType::kF32), poisoned({B, Hq, Lq}, DType::kF32)};
+          for (int i = 0; i < 2 && !fresh; ++i) {
+            const AttnState st{so[i].d(), sl[i].d()};
+            init_state(st, stream_);
+            const KvChunk earlier{k.d(1, 0, 90), v.d(1, 0, 90), MaskSpec::causal_at(0, 100)};
+            accumulate(q.d(), std::span<const KvChunk>(&earlier, 1), st, scale, stream_);
+          }
+          // A second job in the same launch, without final_o: rows [0, 77) folding kv[0..].
+          Mirrored other_o[2] = {poisoned({B, 77, Hq, D}, DType::kF32),
+                                 poisoned({B, 77, Hq, D}, DType::kF32)};
+          Mirrored other_l[2] = {poisoned({B, Hq, 77}, DType::kF32),
+                                 poisoned({B, Hq, 77}, DType::kF32)};
+          const std::span<const KvChunk> other_kv(kv.data(), std::min<size_t>(kv.size(), 1));
+
+          // Path 0: accumulate, then finalize.
+          const AccumulateJob plain[2] = {
+              {q.d(), AttnState{so[0].d(), sl[0].d()}, kv, fresh},
+              {q.d(1, 0, 77), AttnState{other_o[0].d(), other_l[0].d()}, other_kv, true}};
+          accumulate(plain, scale, stream_);
+          Mirrored want = poisoned({B, Lq, Hq, D}, dtype);
+          finalize(AttnState{so[0].d(), sl[0].d()}, want.d(), stream_);
+
+          // Path 1: the final output from the accumulate, into heads [1, 1 + Hq) of a wider
+          // buffer.
+          Mirrored wide = filled({B, Lq, Hq + 2, D}, dtype, 7.0f);
+          {  // poison the window
+            Tensor nan_wide = Tensor::empty({B, Lq, Hq + 2, D}, dtype, Device::cpu());
+            std::memcpy(nan_wide.data(), wide.host.data(), wide.bytes());
+            for (int64_t b = 0; b < B; ++b)
+              for (int64_t i = 0; i < Lq; ++i)
+                for (int64_t h = 1; h <= Hq; ++h)
+                  for (int64_t d = 0; d < D; ++d)
+                    store_from_float(nan_wide.data(), dtype, ((b * Lq + i) * (Hq + 2) + h) * D + d,
+                                     NAN);
+            copy_bytes(wide.device.data(), nan_wide.data(), wide.bytes(), stream_);
+          }
+          const AccumulateJob folded[2] = {
+              {q.d(), AttnState{so[1].d(), sl[1].d()}, kv, fresh, wide.d(2, 1, Hq)},
+              {q.d(1, 0, 77), AttnState{other_o[1].d(), other_l[1].d()}, other_kv, true}};
+          accumulate(folded, scale, stream_);
+
+          download(want);
+          download(wide);
+          download(sl[0]);
+          download(sl[1]);
+          download(other_o[0]);
+          download(other_o[1]);
+          int64_t mismatched = 0, unwritten = 0, touched = 0;
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t i = 0; i < Lq; ++i)
+              for (int64_t h = 0; h < Hq + 2; ++h)
+                for (int64_t d = 0; d < D; ++d) {
+                  const float got = at4(wide.h(), b, i, h, d);
+                  if (h == 0 || h == Hq + 1) {
+                    touched += got != 7.0f;
+                  } else if (std::isnan(got)) {
+                    ++unwritten;
+                  } else {
+                    mismatched += got != at4(want.h(), b, i, h - 1, d);
+                  }
+                }
+          EXPECT_EQ(unwritten, 0) << what;
+          EXPECT_EQ(mismatched, 0) << what;
+          EXPECT_EQ(touched, 0) << what << ": heads outside the final output were written";
+          EXPECT_EQ(std::memcmp(sl[0].host.data(), sl[1].host.data(), sl[0].bytes()), 0)
+              << what << ": lse";
+          EXPECT_EQ(std::memcmp(other_o[0].host.data(), other_o[1].host.data(), other_o[0].bytes()),
+                    0)
+              << what << ": the job without final_o";
+          if (kind == 1 && fresh) {  // rows [0, 150) saw nothing: exactly zero
+            for (int64_t i = 0; i < 150; ++i)
+              for (int64_t d = 0; d < D; ++d) EXPECT_EQ(at4(wide.h(), 1, i, 2, d), 0.0f) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST_F(AttnGpu, LongerSequenceSampledRows) {
   // One realistic tile count (16 x 16 blocks per head) checked on sampled rows.
   const int64_t B = 1, L = 2048, H = 2, D = 128;
@@ -508,6 +617,23 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
               ErrorCode::kUnsupported, "kv[0].k");
   expect_code([&] { forward(q.h(), q.d(), q.d(), o.d(), lse.d(), none, 0.1f, stream_); },
               ErrorCode::kInvalidArgument, "q = bf16[1, 8, 2, 128] cpu is on cpu");
+  // final_o: q's dtype and the kernel's layout rules.
+  Mirrored so = poisoned({1, 8, 2, 128}, DType::kF32);
+  Mirrored o_f16 = poisoned({1, 8, 2, 128}, DType::kF16);
+  Mirrored o_wide = poisoned({1, 8, 2, 132}, DType::kBF16);
+  const TensorView o_odd(o_wide.device.data(), DType::kBF16, Device::cuda(0), {1, 8, 2, 128},
+                         {8 * 2 * 132, 2 * 132, 132, 1});
+  const KvChunk chunk{q.d(), q.d(), none};
+  const AccumulateJob f16_job{q.d(), AttnState{so.d(), lse.d()},
+                              std::span<const KvChunk>(&chunk, 1), true, o_f16.d()};
+  expect_code([&] { accumulate(std::span<const AccumulateJob>(&f16_job, 1), 0.1f, stream_); },
+              ErrorCode::kInvalidArgument, "final_o has dtype f16: expected bf16");
+  const AccumulateJob odd_job{q.d(), AttnState{so.d(), lse.d()},
+                              std::span<const KvChunk>(&chunk, 1), true, o_odd};
+  expect_code([&] { accumulate(std::span<const AccumulateJob>(&odd_job, 1), 0.1f, stream_); },
+              ErrorCode::kUnsupported, "final_o");
+  EXPECT_FALSE(final_output_supported(o_odd, stream_));
+  EXPECT_TRUE(final_output_supported(o.d(), stream_));
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include <vector>
 
 // A kernel that loads and stores through peer pointers, for the peer_ptr test (internal API).
+#include "../../src/comm/cuda/cuda_heap.h"
 #include "../../src/comm/cuda/paced_copy.h"
 #include "gpu/gpu_workers.h"
 #include "tessera/comm/bootstrap.h"
@@ -43,7 +44,9 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Parent side
 
-int num_gpus_for_test() { return testing::gpus_for_test(8); }
+int num_gpus_for_test() {
+  return testing::gpus_for_test(8);
+}
 
 // Runs CommGpuWorker.<test> on `num_ranks` processes; fails when any worker fails.
 void run_workers(const std::string& test, int num_ranks,
@@ -85,6 +88,11 @@ TEST(CommGpu, EmulatedTwoMachines) {
   REQUIRE_GPUS(2);
   int n = num_gpus_for_test() / 2 * 2;  // two equal emulated machines
   run_workers("EmulatedTwoMachines", n);
+}
+
+TEST(CommGpu, EmulatedNicsAreShared) {
+  REQUIRE_GPUS(3);
+  run_workers("EmulatedNicsAreShared", 3);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -706,6 +714,91 @@ TEST(CommGpuWorker, EmulatedTwoMachines) {
   // Same-machine traffic is not paced.
   const int neighbour = (me % (w / 2) + 1) % (w / 2) + (me / (w / 2)) * (w / 2);
   if (neighbour != me) EXPECT_EQ(heap.transport(neighbour), "nvshmem");
+  heap.barrier(s);
+  s.synchronize();
+  heap.check_errors();
+}
+
+// Three GPUs, each its own emulated machine: one NIC per GPU carries everything it sends and
+// receives, whichever GPU runs the copy and whichever stream it is on.
+TEST(CommGpuWorker, EmulatedNicsAreShared) {
+  WORKER_ONLY();
+  ContextOptions options = options_with_heap("ipc");
+  options.emulate_machines = 3;
+  options.emulated_link = LinkSpec{10.0, 20.0, "custom"};
+  auto ctx = make_context(options);
+  ASSERT_EQ(ctx->size, 3);
+  const int me = ctx->rank;
+  auto& heap = dynamic_cast<cuda_comm::CudaSymmetricHeap&>(*ctx->heap);
+  std::printf("rank %d: globaltimer offset to rank 0: %lld ns (round trip %llu ns)\n", me,
+              static_cast<long long>(heap.clock_offset_ns()),
+              static_cast<unsigned long long>(heap.clock_round_trip_ns()));
+  if (me != 0) EXPECT_LT(heap.clock_round_trip_ns(), 1000000u) << "clock probe round trip";
+
+  const size_t bytes = size_t(16) << 20;
+  const double one_us = paced_transfer_us(options.emulated_link, bytes);
+  SymmetricBuffer inbox = heap.allocate(2 * bytes);
+  Tensor source = device_tensor(int64_t(bytes), DType::kU8, *ctx);
+  const Stream& s = ctx->stream;
+  Stream other = Stream::create_cuda(ctx->device.index, -1);
+  heap.put(inbox, 0, source.data(), 4096, (me + 1) % 3, s);  // loads the kernels untimed
+  int warm = heap.reserve_link((me + 1) % 3, 4096, s);
+  heap.hold_for_link(warm, s);
+  s.synchronize();
+  Event start = Event::create(s, true), end = Event::create(s, true);
+
+  // Ingress: ranks 1 and 2 push into rank 0 at once; rank 0 sees both land after 2 transfers.
+  heap.barrier(s);
+  if (me == 0) {
+    start.record(s);
+    heap.wait_signal(5, WaitCmp::kGe, 2, -1, s);
+    end.record(s);
+  } else {
+    heap.put_with_signal(inbox, size_t(me - 1) * bytes, source.data(), bytes, 0, 5, SignalOp::kAdd,
+                         1, s);
+  }
+  s.synchronize();
+  if (me == 0) {
+    const double us = 1000.0 * end.elapsed_ms_since(start);
+    std::printf("rank 0: two pushes into its NIC: %.0f us (one alone: %.0f us)\n", us, one_us);
+    EXPECT_GE(us, 0.95 * 2 * one_us) << "two pushes into one NIC must share its bandwidth";
+  }
+
+  // Egress: rank 1 pushes to ranks 0 and 2 on two streams at once.
+  heap.barrier(s);
+  if (me == 1) {
+    Event forked = Event::create(s), joined = Event::create(other);
+    start.record(s);
+    forked.record(s);
+    forked.wait_on(other);
+    heap.put(inbox, 0, source.data(), bytes, 0, s);
+    heap.put(inbox, bytes, source.data(), bytes, 2, other);
+    joined.record(other);
+    joined.wait_on(s);
+    end.record(s);
+    s.synchronize();
+    const double us = 1000.0 * end.elapsed_ms_since(start);
+    std::printf("rank 1: two pushes out of its NIC on two streams: %.0f us\n", us);
+    EXPECT_GE(us, 0.95 * 2 * one_us) << "two pushes out of one NIC must share its bandwidth";
+  }
+
+  // Two-sided traffic held to the link: two receives on rank 2 (from 0 and 1) take two
+  // transfers' time; the hold does nothing once the link time has passed.
+  heap.barrier(s);
+  s.synchronize();
+  if (me == 2) {
+    start.record(s);
+    const int a = heap.reserve_link(0, bytes, s);
+    const int b = heap.reserve_link(1, bytes, s);
+    heap.hold_for_link(a, s);
+    heap.hold_for_link(b, s);
+    end.record(s);
+    s.synchronize();
+    const double us = 1000.0 * end.elapsed_ms_since(start);
+    EXPECT_GE(us, 0.99 * 2 * one_us) << "two reservations on one ingress";
+    EXPECT_LT(us, 4 * one_us) << "held far longer than the link";
+    EXPECT_EQ(heap.reserve_link(2, bytes, s), -1) << "no link to itself";
+  }
   heap.barrier(s);
   s.synchronize();
   heap.check_errors();

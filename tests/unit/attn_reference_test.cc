@@ -1,10 +1,12 @@
 // The cpu backend of tessera::attn (the float32 reference behind the public API): forward
 // against a naive double-precision formula, masks by global positions (contiguous, striped,
 // zigzag chunks of one causal sequence), chunked accumulation for 1..16 chunks, several jobs
-// in one call, merge, finalize, strided views, GQA/MQA, and argument validation.
+// in one call, merge, finalize (also written by a state's last accumulate: final_o), strided
+// views, GQA/MQA, and argument validation.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -318,6 +320,83 @@ TEST(AttnReference, SeveralJobsInOneCallAndMerge) {
     EXPECT_NEAR(ml.data_as<float>()[i], la.data_as<float>()[i], 1e-5);
 }
 
+// A job with final_o writes what accumulate + finalize write, bit for bit (the cpu backend
+// runs exactly that), and leaves the lse correct: fresh and not, GQA, a causal job whose
+// chunks no row sees, a job without chunks, next to a job without final_o in the same call.
+TEST(AttnReference, FinalOutputEqualsAccumulateThenFinalize) {
+  const Stream cpu = Stream::cpu();
+  const int64_t B = 2, Lq = 7, Lkv = 9, Hq = 4, Hkv = 2, D = 8;
+  uint32_t seed = 300;
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (bool fresh : {true, false}) {
+      for (int visibility = 0; visibility < 3; ++visibility) {  // all, causal, none / no chunks
+        SCOPED_TRACE(str(dtype_name(dtype), fresh ? " fresh" : "", " visibility ", visibility));
+        Tensor q = random_tensor({B, Lq, Hq, D}, dtype, seed++);
+        Tensor k = random_tensor({B, Lkv, Hkv, D}, dtype, seed++);
+        Tensor v = random_tensor({B, Lkv, Hkv, D}, dtype, seed++);
+        const MaskSpec mask = visibility == 0   ? MaskSpec::none()
+                              : visibility == 1 ? MaskSpec::causal_at(20, 16)
+                                                : MaskSpec::causal_at(0, 100);  // no row sees it
+        const KvChunk chunk{k, v, mask};
+        // Two identical states: one folded and finalized, one folded with final_o. A state
+        // that is not fresh holds an earlier fold (with rows that saw nothing: lse = -inf).
+        Tensor so[2], sl[2];
+        for (int i = 0; i < 2; ++i) {
+          so[i] = filled({B, Lq, Hq, D}, DType::kF32, NAN);
+          sl[i] = filled({B, Hq, Lq}, DType::kF32, NAN);
+          if (!fresh) {
+            init_state(AttnState{so[i], sl[i]}, cpu);
+            const KvChunk earlier{k.view().slice(1, 0, 4), v.view().slice(1, 0, 4),
+                                  MaskSpec::causal_at(0, 3)};
+            accumulate(q, std::span<const KvChunk>(&earlier, 1), AttnState{so[i], sl[i]}, 0.3f,
+                       cpu);
+          }
+        }
+        const std::span<const KvChunk> kv = visibility == 2 && fresh
+                                                ? std::span<const KvChunk>()
+                                                : std::span<const KvChunk>(&chunk, 1);
+        const AccumulateJob plain{q, AttnState{so[0], sl[0]}, kv, fresh};
+        accumulate(std::span<const AccumulateJob>(&plain, 1), 0.3f, cpu);
+        Tensor want = filled({B, Lq, Hq, D}, dtype, NAN);
+        finalize(AttnState{so[0], sl[0]}, want, cpu);
+
+        // The final output is a head slice of a wider buffer: the rest stays untouched.
+        Tensor wide = filled({B, Lq, Hq + 2, D}, dtype, 5.0f);
+        const TensorView final_o = wide.view().slice(2, 1, Hq);
+        Tensor other_o = filled({B, 3, Hq, D}, DType::kF32, NAN);
+        Tensor other_l = filled({B, Hq, 3}, DType::kF32, NAN);
+        const AccumulateJob jobs[2] = {
+            {q.view().slice(1, 0, 3), AttnState{other_o, other_l}, kv, true},
+            {q, AttnState{so[1], sl[1]}, kv, fresh, final_o}};
+        accumulate(jobs, 0.3f, cpu);
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t i = 0; i < Lq; ++i)
+            for (int64_t h = 0; h < Hq + 2; ++h)
+              for (int64_t d = 0; d < D; ++d) {
+                const float got = at4(wide.view(), b, i, h, d);
+                if (h == 0 || h == Hq + 1) {
+                  ASSERT_EQ(got, 5.0f);
+                } else {
+                  ASSERT_EQ(got, at4(want.view(), b, i, h - 1, d)) << b << " " << i << " " << h;
+                }
+              }
+        for (int64_t i = 0; i < sl[0].view().numel(); ++i)
+          ASSERT_EQ(std::memcmp(sl[0].data_as<float>() + i, sl[1].data_as<float>() + i, 4), 0);
+        // The job without final_o next to it folded as usual.
+        for (int64_t i = 0; i < other_l.view().numel(); ++i)
+          ASSERT_FALSE(std::isnan(other_l.data_as<float>()[i]));
+        if (visibility == 2) {  // no row saw a key: zeros where the state had none
+          for (int64_t b = 0; b < B; ++b)
+            for (int64_t h = 0; h < Hq; ++h)
+              for (int64_t i = 0; i < Lq; ++i)
+                if (at3(sl[1].view(), b, h, i) == -kInf)
+                  for (int64_t d = 0; d < D; ++d) ASSERT_EQ(at4(final_o, b, i, h, d), 0.0f);
+        }
+      }
+    }
+  }
+}
+
 TEST(AttnReference, StridedViewsAndGqaMatchDenseCopies) {
   const Stream cpu = Stream::cpu();
   const int64_t B = 2, L = 9, Hq = 6, Hkv = 2, D = 8;
@@ -441,6 +520,23 @@ TEST(AttnReference, ValidationNamesTheArgument) {
       },
       "state.o has dtype bf16");
   expect_error_naming([&] { merge({}, o, lse, cpu); }, "partials is empty");
+  {
+    Tensor so = filled({1, 4, 4, 8}, DType::kF32, 0), sl = filled({1, 4, 4}, DType::kF32, 0);
+    Tensor o_short = filled({1, 3, 4, 8}, DType::kBF16, 0);
+    const KvChunk c{k, v, none};
+    const auto job_with = [&](const TensorView& final_o) {
+      return AccumulateJob{q, AttnState{so, sl}, std::span<const KvChunk>(&c, 1), false, final_o};
+    };
+    const AccumulateJob with_f32 = job_with(o_f32);
+    expect_error_naming(
+        [&] { accumulate(std::span<const AccumulateJob>(&with_f32, 1), 0.3f, cpu); },
+        "final_o has dtype f32: expected bf16");
+    const AccumulateJob jobs[2] = {job_with(TensorView()), job_with(o_short)};
+    expect_error_naming([&] { accumulate(jobs, 0.3f, cpu); }, "jobs[1].final_o = bf16[1, 3, 4, 8]");
+    const AccumulateJob on_gpu = job_with(q_on_gpu);
+    expect_error_naming([&] { accumulate(std::span<const AccumulateJob>(&on_gpu, 1), 0.3f, cpu); },
+                        "final_o = bf16[1, 4, 4, 8] cuda:0 is on cuda:0");
+  }
   Partial p{o, lse_bad};
   expect_error_naming([&] { merge(std::span<const Partial>(&p, 1), o, lse, cpu); },
                       "partials[0].lse");

@@ -434,8 +434,10 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
       if (ctx.rank == 0) {
         std::printf(
             "# two-sided traffic between emulated machines (NCCL sockets), measured: "
-            "%.2f GB/s per GPU, %.1f us; the cost model uses it\n",
-            two_sided.bandwidth_gbps, two_sided.latency_us);
+            "%.2f GB/s per GPU, %.1f us; held to the emulated link (%.2f GB/s, %.1f us), it "
+            "moves at the slower of the two (the cost model does the same)\n",
+            two_sided.bandwidth_gbps, two_sided.latency_us, ctx.topology.cross_link.bandwidth_gbps,
+            ctx.topology.cross_link.latency_us);
       }
     }
     std::vector<BenchRecord> records;

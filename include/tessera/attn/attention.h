@@ -15,8 +15,9 @@
 // f32 O [B, Lq, Hq, D] normalized over the keys folded so far plus its f32 lse [B, Hq, Lq].
 // init_state() sets O = 0, lse = -inf; accumulate() folds one or several KV chunks into it in
 // one launch (several (q, state) jobs may share a launch); finalize() writes the normalized
-// bf16/fp16 output; merge() combines (O, lse) partials. Every merge step is in fp32, so the
-// error does not grow with the number of chunks:
+// bf16/fp16 output (or the state's last accumulate writes it: AccumulateJob::final_o); merge()
+// combines (O, lse) partials. Every merge step is in fp32, so the error does not grow with the
+// number of chunks:
 //   lse = log(exp(lse_a) + exp(lse_b)),  O = O_a exp(lse_a - lse) + O_b exp(lse_b - lse).
 //
 // Streams: every call takes one; cpu streams run inline. cuda calls neither allocate nor
@@ -25,8 +26,8 @@
 //
 // cuda backend limits (checked, kUnsupported otherwise): bf16 or fp16 q/k/v, D in {64, 128},
 // every base pointer 16-byte aligned and every stride except D's a multiple of 16 bytes
-// (TMA's rule), for q, k, v, o and state.o; o has q's dtype. The cpu backend also takes f32
-// q/k/v/o and any D. Kernels and measurements: docs/attention-kernels.md.
+// (TMA's rule), for q, k, v, o, state.o and final_o; o and final_o have q's dtype. The cpu
+// backend also takes f32 q/k/v/o and any D. Kernels and measurements: docs/attention-kernels.md.
 #pragma once
 
 #include <cstdint>
@@ -81,6 +82,15 @@ struct AccumulateJob {
   // The state holds nothing yet: start from the empty state instead of reading it (saves the
   // init_state launch and one read of O). The state's contents before the call do not matter.
   bool fresh = false;
+  // Optional (an empty view: not used): this is the state's last fold, and the caller wants
+  // the final output. [B, Lq, Hq, D] in q's dtype, the layout rules of q (cuda: 16-byte aligned
+  // base and strides). The job folds its chunks as usual, then writes what
+  // finalize(state, final_o) would write (rows with lse = -inf give 0) to final_o instead of
+  // writing state.o: one pass over the state less than accumulate + finalize. state.lse is
+  // still written (it stays correct); state.o's contents afterwards are unspecified. Works with
+  // `fresh` and with an empty `kv` (then it is a finalize). final_o must not overlap q, the KV
+  // chunks or the state.
+  TensorView final_o{};
 };
 
 // One partial result to merge: O of any float dtype, lse f32.
@@ -115,6 +125,10 @@ void accumulate(const TensorView& q, std::span<const KvChunk> kv, const AttnStat
 void accumulate(std::span<const AccumulateJob> jobs, float softmax_scale, const Stream& stream);
 // o = state.o in o's dtype (bf16, fp16 or f32); rows with lse = -inf give 0.
 void finalize(const AttnState& state, const TensorView& o, const Stream& stream);
+// Whether `o` meets the backend's layout rules for AccumulateJob::final_o (cpu: any; cuda:
+// 16-byte aligned base, strides multiples of 16 bytes). For callers that fall back to
+// accumulate + finalize rather than fail (o may be a caller's tensor with any strides).
+bool final_output_supported(const TensorView& o, const Stream& stream);
 // o, lse = the merge of every partial (lse may be empty: not written). o of any float dtype;
 // o and lse may be those of one of the partials (in-place merge). At most 64 partials on cuda.
 void merge(std::span<const Partial> partials, const TensorView& o, const TensorView& lse,

@@ -47,8 +47,8 @@ class SymmetricHeap {
 
   virtual void put(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes,
                    int peer, const Stream& s) = 0;
-  virtual void get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes,
-                   int peer, const Stream& s) = 0;
+  virtual void get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes, int peer,
+                   const Stream& s) = 0;
   // Pitched (2-D) transfers: `rows` rows of `row_bytes` each; row r sits at
   // dst_offset + r * dst_pitch in the symmetric buffer and at src + r * src_pitch locally (put;
   // mirrored for get). One transfer, not `rows`: across emulated machines it is paced once for
@@ -60,10 +60,9 @@ class SymmetricHeap {
                       size_t src_pitch, size_t row_bytes, size_t rows, int peer,
                       const Stream& s) = 0;
   virtual void put_with_signal(const SymmetricBuffer& dst, size_t dst_offset, const void* src,
-                               size_t bytes, int peer, int signal_slot, SignalOp op,
-                               uint64_t value, const Stream& s) = 0;
-  virtual void signal(int peer, int signal_slot, SignalOp op, uint64_t value,
-                      const Stream& s) = 0;
+                               size_t bytes, int peer, int signal_slot, SignalOp op, uint64_t value,
+                               const Stream& s) = 0;
+  virtual void signal(int peer, int signal_slot, SignalOp op, uint64_t value, const Stream& s) = 0;
   // The stream waits until this rank's `signal_slot` <cmp> value. `from_rank` is the rank
   // expected to signal (named in the timeout message; -1 when several).
   virtual void wait_signal(int signal_slot, WaitCmp cmp, uint64_t value, int from_rank,
@@ -74,6 +73,16 @@ class SymmetricHeap {
   virtual void barrier(const Stream& s) = 0;
   // Throws the first device-side timeout recorded by this heap's waits, if any.
   virtual void check_errors() const = 0;
+
+  // Two-sided traffic between emulated machines (NCCL over the host's sockets) does not go
+  // through the heap, but it should cross the same emulated NICs. A receiver brackets it on
+  // its stream: reserve_link() when the stream reaches the transfer takes `bytes` of time on
+  // the sender's egress and this rank's ingress NIC (shared with the heap's paced traffic);
+  // hold_for_link(token) after the transfer holds the stream until the link would have
+  // delivered it (+ latency). A transfer the sockets deliver later is not held. Both are
+  // no-ops (token -1) unless `src_rank` is on another emulated machine.
+  virtual int reserve_link(int src_rank, size_t bytes, const Stream& s) = 0;
+  virtual void hold_for_link(int token, const Stream& s) = 0;
 
   int num_signal_slots() const { return num_signal_slots_; }
 

@@ -46,9 +46,10 @@ struct CostModel {
   LinkCost pcie{25.0, 5.0};
   LinkCost network{50.0, 5.0};  // replaced by the topology's cross link
   LinkCost emulated_network{50.0, 5.0};
-  // Two-sided (NCCL) traffic between emulated machines does not take the paced link: NCCL
-  // runs its socket transport over loopback (measured ~3 GB/s per GPU on the H200 machine,
-  // docs/PERF.md). `tessera bench sp` measures it at start and sets these terms.
+  // Two-sided (NCCL) traffic between emulated machines runs NCCL's socket transport over
+  // loopback (measured ~2.5-3.5 GB/s per GPU on the H200 machine, docs/PERF.md), held to the
+  // emulated link on top (SymmetricHeap::reserve_link): it moves at the slower of the two.
+  // `tessera bench sp` measures the sockets at start and sets these terms.
   LinkCost emulated_two_sided{3.0, 50.0};
 
   double attn_tflops_d64 = 430.0;  // peak attention forward, bf16, per head_dim
@@ -65,8 +66,10 @@ struct CostModel {
 
   const LinkCost& link(LinkClass link) const;
   LinkCost& link(LinkClass link);
-  // The cost of `link` for traffic of `comm` (two-sided across emulated machines differs).
-  const LinkCost& link(LinkClass link, CommMode comm) const;
+  // The cost of `link` for traffic of `comm`. Two-sided traffic between emulated machines: the
+  // slower of emulated_network and emulated_two_sided (bandwidth and latency each); otherwise
+  // link(link).
+  LinkCost link(LinkClass link, CommMode comm) const;
   // latency + bytes / bandwidth, without queueing (one-sided, or two-sided where it differs).
   double transfer_us(LinkClass link, int64_t bytes, CommMode comm = CommMode::kOneSided) const;
   double attention_peak_tflops(int head_dim) const;

@@ -155,6 +155,7 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
     size_t job;
     std::vector<const KvChunk*> chunks;
     bool fresh = false;  // the job's first piece of a fresh accumulate
+    bool last = false;   // the job's last piece (writes its final_o, if any)
   };
   std::vector<std::vector<Piece>> rounds;  // round r: piece r of every job that has one
   int64_t heads_kv = 0;
@@ -165,15 +166,22 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
     for (const KvChunk& c : job.kv)
       if (c.k.size(1) > 0) chunks.push_back(&c);
     if (chunks.empty()) {
-      if (accumulate && job.fresh) {  // nothing to fold into an empty state: write it
+      // Nothing to fold. accumulate: a fresh state is written empty; a final output is the
+      // state finalized (zeros for a fresh one).
+      const bool final_out = accumulate && !job.final_o.empty();
+      if (accumulate && !job.fresh && final_out) {
+        const Partial state{job.o, job.lse};
+        cuda_merge(std::span<const Partial>(&state, 1), job.final_o, TensorView(), stream);
+      } else if (accumulate && job.fresh && !final_out) {
         cuda_init_state(AttnState{job.o, job.lse}, stream);
-      } else if (!accumulate) {  // no key at all: o = 0, lse = -inf
+      } else if (!accumulate || job.fresh) {
+        // No key at all: o = 0 (forward's o, or final_o of a fresh job), lse = -inf.
         kernels::MergeDesc zero;
         zero.batch = batch;
         zero.len = job.q.size(1);
         zero.heads = heads_q;
         zero.head_dim = head_dim;
-        zero.out_o = to_rows(job.o);
+        zero.out_o = to_rows(final_out ? job.final_o : job.o);
         zero.out_lse = to_lse(job.lse);
         zero.cuda_stream = stream.cuda_stream();
         kernels::launch_merge_rows(zero);
@@ -187,7 +195,7 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
                   kMaxChunksPerLaunch, "; use init_state + accumulate + finalize");
     for (size_t k = 0; k < pieces; ++k) {
       if (rounds.size() <= k) rounds.resize(k + 1);
-      Piece piece{j, {}, accumulate && job.fresh && k == 0};
+      Piece piece{j, {}, accumulate && job.fresh && k == 0, k + 1 == pieces};
       for (size_t c = k * kMaxChunksPerLaunch;
            c < std::min(chunks.size(), (k + 1) * kMaxChunksPerLaunch); ++c)
         piece.chunks.push_back(chunks[c]);
@@ -233,6 +241,13 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
         out.lse_stride_l = job.lse.stride(2);
       }
       out.fresh = piece.fresh;
+      out.final_o = nullptr;
+      if (accumulate && piece.last && !job.final_o.empty()) {
+        out.final_o = job.final_o.data();
+        out.final_o_stride_b = job.final_o.stride(0);
+        out.final_o_stride_l = job.final_o.stride(1);
+        out.final_o_stride_h = job.final_o.stride(2);
+      }
       out.kv_begin = desc.num_kv;
       for (const KvChunk* c : piece.chunks) {
         kernels::KvLaunchChunk& kv = desc.kv[desc.num_kv++];

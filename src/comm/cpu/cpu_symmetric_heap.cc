@@ -4,6 +4,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <numeric>
@@ -71,6 +72,29 @@ CpuHeapShared::~CpuHeapShared() {
   for (std::byte* a : arenas_) munmap(a, heap_bytes_);
 }
 
+CpuWorld::Clock::time_point CpuHeapShared::reserve_link(int src_rank, int dst_rank, size_t bytes,
+                                                        CpuWorld::Clock::time_point now) {
+  const LinkSpec& link = topology_.cross_link;
+  auto us = [](double v) {
+    return std::chrono::duration_cast<CpuWorld::Clock::duration>(
+        std::chrono::duration<double, std::micro>(v));
+  };
+  const auto latency = us(paced_transfer_us(link, 0));
+  if (bytes == 0) return now + latency;
+  const auto busy = us(paced_transfer_us(link, bytes)) - latency;
+  std::lock_guard<std::mutex> lock(link_mutex_);
+  if (egress_free_.empty()) {
+    egress_free_.assign(size_t(size()), now);
+    ingress_free_.assign(size_t(size()), now);
+  }
+  const auto begin =
+      std::max({now, egress_free_[size_t(src_rank)], ingress_free_[size_t(dst_rank)]});
+  const auto end = begin + busy;
+  egress_free_[size_t(src_rank)] = end;
+  ingress_free_[size_t(dst_rank)] = end;
+  return end + latency;
+}
+
 CpuSymmetricHeap::CpuSymmetricHeap(std::shared_ptr<CpuHeapShared> shared, int rank)
     : SymmetricHeap(kCpuSignalSlots), shared_(std::move(shared)), rank_(rank) {}
 
@@ -92,11 +116,13 @@ void CpuSymmetricHeap::check_owned(const SymmetricBuffer& buffer, const char* op
                     " bytes, local ", buffer.local, ") was not allocated from this rank's heap");
 }
 
-void CpuSymmetricHeap::pace(int peer, size_t bytes, CpuWorld::Clock::time_point start) const {
-  if (!crosses_machine(peer)) return;
-  const auto until = start + std::chrono::duration_cast<CpuWorld::Clock::duration>(
-                                 std::chrono::duration<double, std::micro>(
-                                     paced_transfer_us(shared_->topology().cross_link, bytes)));
+void CpuSymmetricHeap::pace(int src_rank, int dst_rank, size_t bytes,
+                            CpuWorld::Clock::time_point start) const {
+  if (!crosses_machine(src_rank == rank_ ? dst_rank : src_rank)) return;
+  sleep_until(shared_->reserve_link(src_rank, dst_rank, bytes, start));
+}
+
+void CpuSymmetricHeap::sleep_until(CpuWorld::Clock::time_point until) {
   // Sleep while far from the deadline (sleeps overshoot), yield near it.
   for (auto now = CpuWorld::Clock::now(); now < until; now = CpuWorld::Clock::now()) {
     if (until - now > std::chrono::microseconds(200)) {
@@ -161,7 +187,7 @@ void CpuSymmetricHeap::put(const SymmetricBuffer& dst, size_t dst_offset, const 
   check_owned(dst, "put");
   TESSERA_CHECK_ARG(bytes == 0 || src != nullptr, "put of ", bytes, " bytes: src is null");
   if (bytes > 0) std::memcpy(shared_->arena(peer) + dst.offset + dst_offset, src, bytes);
-  pace(peer, bytes, start);
+  pace(rank_, peer, bytes, start);
 }
 
 void CpuSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes,
@@ -172,7 +198,7 @@ void CpuSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_off
   check_owned(src, "get");
   TESSERA_CHECK_ARG(bytes == 0 || dst != nullptr, "get of ", bytes, " bytes: dst is null");
   if (bytes > 0) std::memcpy(dst, shared_->arena(peer) + src.offset + src_offset, bytes);
-  pace(peer, bytes, start);
+  pace(peer, rank_, bytes, start);
 }
 
 void CpuSymmetricHeap::put_2d(const SymmetricBuffer& dst, size_t dst_offset, size_t dst_pitch,
@@ -190,7 +216,7 @@ void CpuSymmetricHeap::put_2d(const SymmetricBuffer& dst, size_t dst_offset, siz
       std::memcpy(to + r * dst_pitch, from + r * src_pitch, row_bytes);
     }
   }
-  pace(peer, rows * row_bytes, start);
+  pace(rank_, peer, rows * row_bytes, start);
 }
 
 void CpuSymmetricHeap::get_2d(void* dst, size_t dst_pitch, const SymmetricBuffer& src,
@@ -208,7 +234,26 @@ void CpuSymmetricHeap::get_2d(void* dst, size_t dst_pitch, const SymmetricBuffer
       std::memcpy(to + r * dst_pitch, from + r * src_pitch, row_bytes);
     }
   }
-  pace(peer, rows * row_bytes, start);
+  pace(peer, rank_, rows * row_bytes, start);
+}
+
+int CpuSymmetricHeap::reserve_link(int src_rank, size_t bytes, const Stream& s) {
+  check_cpu_stream(s, "reserve_link");
+  TESSERA_CHECK_ARG(src_rank >= 0 && src_rank < size(), "reserve_link(src_rank = ", src_rank,
+                    "): expected 0..", size() - 1);
+  if (src_rank == rank_ || !crosses_machine(src_rank)) return -1;
+  const int token = next_link_token_;
+  next_link_token_ = (next_link_token_ + 1) % kLinkReleaseTokens;
+  link_release_[size_t(token)] =
+      shared_->reserve_link(src_rank, rank_, bytes, CpuWorld::Clock::now());
+  return token;
+}
+
+void CpuSymmetricHeap::hold_for_link(int token, const Stream& s) {
+  check_cpu_stream(s, "hold_for_link");
+  TESSERA_CHECK_ARG(token >= -1 && token < kLinkReleaseTokens, "hold_for_link(token = ", token,
+                    "): expected a token from reserve_link");
+  if (token >= 0) sleep_until(link_release_[size_t(token)]);
 }
 
 void CpuSymmetricHeap::update_signal(int peer, int signal_slot, SignalOp op, uint64_t value) {
@@ -236,7 +281,7 @@ void CpuSymmetricHeap::signal(int peer, int signal_slot, SignalOp op, uint64_t v
   TESSERA_CHECK_ARG(peer >= 0 && peer < size(), "signal: peer = ", peer, ": expected 0..",
                     size() - 1);
   check_signal_slot(signal_slot, "signal");
-  pace(peer, sizeof(uint64_t), start);
+  pace(rank_, peer, 0, start);  // the latency only, as on the cuda heaps
   update_signal(peer, signal_slot, op, value);
 }
 

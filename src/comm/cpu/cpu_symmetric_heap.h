@@ -8,7 +8,10 @@
 // Across emulated machines (topology links of class kEmulatedNetwork) transfers are paced to
 // the emulated link: the call returns no earlier than latency + bytes / bandwidth after it
 // started (comm/emulation.h), and peer_ptr() returns nullptr, as real machines cannot load or
-// store each other's memory. wait_signal and barrier are bounded by wait_timeout_ms() and stop
+// store each other's memory. Each rank has one emulated NIC, shared by everything it sends
+// (egress) and receives (ingress): a transfer occupies the sender's egress and the receiver's
+// ingress from max(now, both free) for bytes / bandwidth, as the sim's link model does.
+// Signals carry the latency only. wait_signal and barrier are bounded by wait_timeout_ms() and stop
 // early with kPeerFailure when the rank they wait for failed.
 #pragma once
 
@@ -16,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,10 @@ class CpuHeapShared {
   std::byte* arena(int rank) const { return arenas_[rank]; }
   std::atomic<uint64_t>& signal_word(int rank, int slot) const { return signals_[rank][slot]; }
   CpuWorld& world() { return world_; }
+  // Reserves the emulated NICs for `bytes` from `src_rank` to `dst_rank`, starting no earlier
+  // than `now`; returns when the last byte arrives (end of the reservation + latency).
+  CpuWorld::Clock::time_point reserve_link(int src_rank, int dst_rank, size_t bytes,
+                                           CpuWorld::Clock::time_point now);
 
  private:
   Topology topology_;
@@ -51,6 +59,8 @@ class CpuHeapShared {
   std::vector<std::byte*> arenas_;
   std::vector<std::unique_ptr<std::atomic<uint64_t>[]>> signals_;
   CpuWorld world_;  // rendezvous of allocate() and barrier(), apart from the communicators'
+  std::mutex link_mutex_;
+  std::vector<CpuWorld::Clock::time_point> egress_free_, ingress_free_;  // per rank's NIC
 };
 
 class CpuSymmetricHeap final : public SymmetricHeap {
@@ -83,19 +93,28 @@ class CpuSymmetricHeap final : public SymmetricHeap {
   uint64_t read_signal(int signal_slot) const override;
   void barrier(const Stream& s) override;
   void check_errors() const override {}  // cpu waits throw where they time out
+  int reserve_link(int src_rank, size_t bytes, const Stream& s) override;
+  void hold_for_link(int token, const Stream& s) override;
 
  private:
   bool crosses_machine(int peer) const;
   // Checks that `buffer` came from this heap's allocate().
   void check_owned(const SymmetricBuffer& buffer, const char* op) const;
-  // Returns no earlier than the emulated link would deliver `bytes` sent at `start`.
-  void pace(int peer, size_t bytes, CpuWorld::Clock::time_point start) const;
+  // Returns no earlier than the emulated link would deliver `bytes` sent from `src_rank` to
+  // `dst_rank` at `start` (one of them is this rank; same-machine traffic returns at once).
+  void pace(int src_rank, int dst_rank, size_t bytes, CpuWorld::Clock::time_point start) const;
   void update_signal(int peer, int signal_slot, SignalOp op, uint64_t value);
+  static void sleep_until(CpuWorld::Clock::time_point until);
 
   std::shared_ptr<CpuHeapShared> shared_;
   int rank_;
   size_t next_offset_ = 0;
   uint64_t num_collectives_ = 0;
+  // reserve_link's release times, a ring (a token is reused kLinkReleaseTokens later).
+  static constexpr int kLinkReleaseTokens = 4096;
+  std::vector<CpuWorld::Clock::time_point> link_release_ =
+      std::vector<CpuWorld::Clock::time_point>(kLinkReleaseTokens);
+  int next_link_token_ = 0;
 };
 
 }  // namespace tessera::cpu

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/cuda/clock_probe.h"
 #include "comm/cuda/paced_copy.h"
 #include "tessera/core/error.h"
 #include "tessera/core/logging.h"
@@ -19,7 +20,9 @@ size_t round_up(size_t v, size_t to) {
   return (v + to - 1) / to * to;
 }
 size_t signal_region_bytes(int world_size) {
-  return round_up(size_t(CudaSymmetricHeap::kNumUserSignalSlots + world_size) * 8, kPageBytes);
+  // User slots, barrier words, NIC clocks, probe requests, probe replies.
+  const size_t words = size_t(CudaSymmetricHeap::kNumUserSignalSlots) + 2 * size_t(world_size) + 4;
+  return round_up(words * 8, kPageBytes);
 }
 }  // namespace
 
@@ -54,7 +57,9 @@ CudaSymmetricHeap::CudaSymmetricHeap(Bootstrap& bootstrap, const Topology& topol
   timeout_log_ = std::make_unique<WaitTimeoutLog>();
 }
 
-CudaSymmetricHeap::~CudaSymmetricHeap() = default;
+CudaSymmetricHeap::~CudaSymmetricHeap() {
+  if (link_release_ != nullptr) cudaFree(link_release_);
+}
 
 size_t CudaSymmetricHeap::arena_bytes_for(size_t heap_bytes, int world_size) {
   return signal_region_bytes(world_size) + round_up(heap_bytes, kPageBytes);
@@ -73,6 +78,109 @@ void CudaSymmetricHeap::attach_arena(void* local_base, std::vector<void*> peer_b
   TESSERA_HEAP_CUDA_CHECK(cudaDeviceSynchronize());
   // No rank may signal another before that rank zeroed its signal words.
   bootstrap_.barrier();
+  calibrate_clock();
+}
+
+bool CudaSymmetricHeap::has_emulated_machines() const {
+  return topology_.emulated && topology_.num_machines() > 1;
+}
+
+void CudaSymmetricHeap::calibrate_clock() {
+  if (!has_emulated_machines() || size_ == 1) return;
+  // Every rank answers (the same order everywhere), so a missing mapping fails on all ranks.
+  std::string error;
+  for (int r = 1; r < size_ && error.empty(); ++r) {
+    if (peer_bases_[0] == nullptr || (rank_ == 0 && peer_bases_[r] == nullptr))
+      error = str("rank ", rank_, " cannot load/store rank ", rank_ == 0 ? r : 0,
+                  "'s heap, which the shared emulated links need");
+  }
+  agree_on_success(bootstrap_, error, ErrorCode::kUnsupported, "emulated link clock calibration");
+  const uint64_t first_round = clock_probe_rounds_;
+  clock_probe_rounds_ += kClockProbeRounds;
+  const uint64_t timeout_ns = uint64_t(std::max<int64_t>(1, wait_timeout_ms())) * 1000000ull;
+  ClockProbeResult* device_result = nullptr;
+  TESSERA_HEAP_CUDA_CHECK(cudaSetDevice(device_));
+  TESSERA_HEAP_CUDA_CHECK(cudaMalloc(&device_result, sizeof(ClockProbeResult)));
+  TESSERA_HEAP_CUDA_CHECK(cudaMemset(device_result, 0, sizeof(ClockProbeResult)));
+  if (rank_ == 0) {
+    TESSERA_CHECK(size_ - 1 <= kMaxClockProbeClients, ErrorCode::kUnsupported,
+                  "emulated machines: ", size_, " ranks; the clock probe serves at most ",
+                  kMaxClockProbeClients + 1);
+    ClockProbeServerArgs args;
+    for (int r = 1; r < size_; ++r) {
+      args.requests[r - 1] = local_signal_word(probe_request_word(r));
+      args.reply_words[r - 1] =
+          reinterpret_cast<uint64_t*>(peer_bases_[r] + signal_word_offset(probe_reply_word()));
+      args.client_ranks[r - 1] = r;
+    }
+    args.num_clients = size_ - 1;
+    args.first_round = first_round;
+    args.timeout_ns = timeout_ns;
+    launch_clock_probe_server(args, device_result, nullptr);
+  } else {
+    ClockProbeClientArgs args;
+    args.request =
+        reinterpret_cast<uint64_t*>(peer_bases_[0] + signal_word_offset(probe_request_word(rank_)));
+    args.reply_words = local_signal_word(probe_reply_word());
+    args.first_round = first_round;
+    args.timeout_ns = timeout_ns;
+    launch_clock_probe_client(args, device_result, nullptr);
+  }
+  ClockProbeResult result;
+  const cudaError_t sync = cudaDeviceSynchronize();
+  if (sync == cudaSuccess) {
+    TESSERA_HEAP_CUDA_CHECK(
+        cudaMemcpy(&result, device_result, sizeof(result), cudaMemcpyDeviceToHost));
+  }
+  cudaFree(device_result);
+  if (sync != cudaSuccess) fail_cuda(sync, "clock probe");
+  error.clear();
+  if (result.timed_out) {
+    error = str("rank ", rank_, " waited ", wait_timeout_ms(), " ms for rank ", result.waited_for,
+                " to answer clock probe ", result.round, " (emulated link calibration)");
+  }
+  agree_on_success(bootstrap_, error, ErrorCode::kTimeout, "emulated link clock calibration");
+  clock_offset_ns_ = rank_ == 0 ? 0 : result.offset_ns;
+  clock_round_trip_ns_ = rank_ == 0 ? 0 : result.round_trip_ns;
+  TESSERA_LOG(kDebug, "rank ", rank_, ": %globaltimer offset to rank 0 ", clock_offset_ns_,
+              " ns (best round trip ", clock_round_trip_ns_, " ns)");
+}
+
+int CudaSymmetricHeap::reserve_link(int src_rank, size_t bytes, const Stream& s) {
+  TESSERA_CHECK_ARG(src_rank >= 0 && src_rank < size_, "reserve_link(src_rank = ", src_rank,
+                    "): expected 0 <= src_rank < ", size_);
+  cudaStream_t stream = stream_of(s, "reserve_link");
+  if (!is_paced(src_rank)) return -1;
+  if (link_release_ == nullptr) {
+    TESSERA_HEAP_CUDA_CHECK(
+        cudaMalloc(&link_release_, sizeof(unsigned long long) * kLinkReleaseWords));
+  }
+  const int token = next_link_token_;
+  next_link_token_ = (next_link_token_ + 1) % kLinkReleaseWords;
+  launch_link_reservation(link_clocks(src_rank, rank_, "reserve_link"), bytes, topology_.cross_link,
+                          link_release_ + token, stream);
+  return token;
+}
+
+void CudaSymmetricHeap::hold_for_link(int token, const Stream& s) {
+  TESSERA_CHECK_ARG(token >= -1 && token < kLinkReleaseWords, "hold_for_link(token = ", token,
+                    "): expected a token from reserve_link");
+  cudaStream_t stream = stream_of(s, "hold_for_link");
+  if (token < 0) return;
+  launch_hold_until_release(link_release_ + token, stream);
+}
+
+LinkClocks CudaSymmetricHeap::link_clocks(int src_rank, int dst_rank, const char* op) const {
+  auto word = [&](int of_rank, bool ingress) {
+    unsigned char* base = of_rank == rank_ ? local_base_ : require_peer_base(of_rank, op);
+    return reinterpret_cast<unsigned long long*>(base +
+                                                 signal_word_offset(nic_clock_word(ingress)));
+  };
+  LinkClocks clocks;
+  clocks.egress = word(src_rank, false);
+  clocks.ingress = word(dst_rank, true);
+  clocks.time_offset_ns = clock_offset_ns_;
+  return clocks;
 }
 
 void CudaSymmetricHeap::fail_cuda(cudaError_t error, const char* what) const {
@@ -186,7 +294,7 @@ void CudaSymmetricHeap::put(const SymmetricBuffer& dst, size_t dst_offset, const
   const size_t offset = dst.offset + dst_offset;
   if (is_paced(peer)) {
     launch_paced_copy(require_peer_base(peer, "put") + offset, src, bytes, topology_.cross_link,
-                      stream);
+                      stream, link_clocks(rank_, peer, "put"));
   } else {
     direct_put(offset, src, bytes, peer, stream);
   }
@@ -203,7 +311,7 @@ void CudaSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_of
   const size_t offset = src.offset + src_offset;
   if (is_paced(peer)) {
     launch_paced_copy(dst, require_peer_base(peer, "get") + offset, bytes, topology_.cross_link,
-                      stream);
+                      stream, link_clocks(peer, rank_, "get"));
   } else {
     direct_get(dst, offset, bytes, peer, stream);
   }
@@ -221,7 +329,8 @@ void CudaSymmetricHeap::put_2d(const SymmetricBuffer& dst, size_t dst_offset, si
   const size_t offset = dst.offset + dst_offset;
   if (is_paced(peer)) {
     launch_paced_copy_2d(require_peer_base(peer, "put_2d") + offset, dst_pitch, src, src_pitch,
-                         row_bytes, rows, topology_.cross_link, stream);
+                         row_bytes, rows, topology_.cross_link, stream,
+                         link_clocks(rank_, peer, "put_2d"));
   } else {
     direct_put_2d(offset, dst_pitch, src, src_pitch, row_bytes, rows, peer, stream);
   }
@@ -239,7 +348,8 @@ void CudaSymmetricHeap::get_2d(void* dst, size_t dst_pitch, const SymmetricBuffe
   const size_t offset = src.offset + src_offset;
   if (is_paced(peer)) {
     launch_paced_copy_2d(dst, dst_pitch, require_peer_base(peer, "get_2d") + offset, src_pitch,
-                         row_bytes, rows, topology_.cross_link, stream);
+                         row_bytes, rows, topology_.cross_link, stream,
+                         link_clocks(peer, rank_, "get_2d"));
   } else {
     direct_get_2d(dst, dst_pitch, offset, src_pitch, row_bytes, rows, peer, stream);
   }
@@ -286,7 +396,8 @@ void CudaSymmetricHeap::put_with_signal(const SymmetricBuffer& dst, size_t dst_o
   const size_t offset = dst.offset + dst_offset;
   if (is_paced(peer)) {
     unsigned char* base = require_peer_base(peer, "put_with_signal");
-    launch_paced_copy(base + offset, src, bytes, topology_.cross_link, stream);
+    launch_paced_copy(base + offset, src, bytes, topology_.cross_link, stream,
+                      link_clocks(rank_, peer, "put_with_signal"));
     // The copy already spent the latency; an empty put still pays it once.
     kernel_signal(peer, signal_slot, op, value, bytes == 0 ? latency_ns() : 0, stream);
   } else {

@@ -3,7 +3,10 @@
 // Each rank owns one arena of device memory at the same size on every rank:
 //   [ signal words | user allocations ]
 //   signal words: kNumUserSignalSlots user slots, then one barrier word per rank (the word of
-//                 rank r at a peer holds the last barrier epoch r reached), padded to 4 KiB.
+//                 rank r at a peer holds the last barrier epoch r reached), then the rank's
+//                 emulated NIC clocks (egress, ingress; paced_copy.h LinkClocks) and the clock
+//                 probe words (a request word per rank, used at rank 0; two reply words),
+//                 padded to 4 KiB.
 //   user allocations: a bump allocator; SymmetricBuffer::offset is the offset in the arena, so
 //                 a buffer sits at the same offset on every rank.
 // The derived heap maps the arena (nvshmem_malloc, or cudaMalloc + IPC handles) and moves bytes
@@ -14,15 +17,21 @@
 //
 // Ordering contract: a put (or get) followed by a signal or barrier on the same stream is
 // visible at the peer before the signal. Traffic on different streams is not ordered.
+//
+// Emulated links are shared: every paced transfer reserves time on the sender's egress and
+// the receiver's ingress NIC clock, whichever GPU copies, so concurrent transfers through one
+// emulated NIC (several streams, several peers) share its bandwidth. The clocks are on rank
+// 0's %globaltimer; attach_arena measures each GPU's offset to it (clock_probe.h).
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime.h>
+#include <cstdint>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/cuda/paced_copy.h"
 #include "comm/cuda/signal_kernels.h"
 #include "tessera/comm/bootstrap.h"
 #include "tessera/comm/symmetric_heap.h"
@@ -64,11 +73,18 @@ class CudaSymmetricHeap : public SymmetricHeap {
   uint64_t read_signal(int signal_slot) const override;
   void barrier(const Stream& s) override;
   void check_errors() const override;
+  int reserve_link(int src_rank, size_t bytes, const Stream& s) override;
+  void hold_for_link(int token, const Stream& s) override;
 
   int device() const { return device_; }
   size_t capacity_bytes() const { return heap_bytes_; }
   // True when traffic to `peer` crosses emulated machines (and so is paced).
   bool is_paced(int peer) const;
+  // This GPU's %globaltimer offset to rank 0's, and the round trip it was measured with (0, 0
+  // without emulated machines). Collective: re-measures on every rank.
+  void calibrate_clock();
+  int64_t clock_offset_ns() const { return clock_offset_ns_; }
+  uint64_t clock_round_trip_ns() const { return clock_round_trip_ns_; }
 
  protected:
   // `topology` is the (possibly emulated) topology of the bootstrap's ranks; `bootstrap` must
@@ -117,6 +133,9 @@ class CudaSymmetricHeap : public SymmetricHeap {
   // Byte offset of a signal word in the arena.
   static size_t signal_word_offset(int signal_word) { return size_t(signal_word) * 8; }
   int barrier_word(int of_rank) const { return kNumUserSignalSlots + of_rank; }
+  int nic_clock_word(bool ingress) const { return kNumUserSignalSlots + size_ + (ingress ? 1 : 0); }
+  int probe_request_word(int of_rank) const { return kNumUserSignalSlots + size_ + 2 + of_rank; }
+  int probe_reply_word() const { return kNumUserSignalSlots + 2 * size_ + 2; }  // and the next
   const WaitTimeoutLog& timeout_log() const { return *timeout_log_; }
   // Throws the recorded device timeout if any, else kCuda for `error` at `what`.
   [[noreturn]] void fail_cuda(cudaError_t error, const char* what) const;
@@ -131,6 +150,9 @@ class CudaSymmetricHeap : public SymmetricHeap {
   void check_buffer(const SymmetricBuffer& buffer, const char* op, const char* what) const;
   unsigned char* require_peer_base(int peer, const char* op) const;
   uint64_t latency_ns() const;
+  // The NIC clocks of a paced transfer from `src_rank` to `dst_rank` (one of them is this rank).
+  LinkClocks link_clocks(int src_rank, int dst_rank, const char* op) const;
+  bool has_emulated_machines() const;
 
   Bootstrap& bootstrap_;
   Topology topology_;
@@ -147,6 +169,14 @@ class CudaSymmetricHeap : public SymmetricHeap {
   uint64_t* signals_ = nullptr;
   int64_t barrier_epoch_ = 0;
   std::unique_ptr<WaitTimeoutLog> timeout_log_;
+  int64_t clock_offset_ns_ = 0;
+  uint64_t clock_round_trip_ns_ = 0;
+  uint64_t clock_probe_rounds_ = 0;  // probe numbers used so far (the same on every rank)
+  // reserve_link's release times, a ring of kLinkReleaseWords device words; a token is an
+  // index (a word is reused kLinkReleaseWords reservations later, long after its hold ran).
+  static constexpr int kLinkReleaseWords = 4096;
+  unsigned long long* link_release_ = nullptr;
+  int next_link_token_ = 0;
 };
 
 // Collective: every rank passes "" on success or its error message. Throws `code` on every
