@@ -2,6 +2,8 @@
 // else may run in between; system-scope release stores and acquire loads order the words.
 #include "comm/cuda/clock_probe.h"
 
+#include "comm/cuda/device_primitives.cuh"
+
 #include "tessera/core/error.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -9,27 +11,11 @@ namespace tessera::cuda_comm {
 
 namespace {
 
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ uint64_t load_acquire(const uint64_t* word) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void store_release(uint64_t* word, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(word), "l"(v) : "memory");
-}
-
 // Spins until *word >= value; false after timeout_ns.
 __device__ bool wait_for(const uint64_t* word, uint64_t value, uint64_t timeout_ns) {
-  const uint64_t start = now_ns();
-  while (load_acquire(word) < value) {
-    if (now_ns() - start > timeout_ns) return false;
+  const uint64_t start = global_timer_ns();
+  while (load_acquire_system(word) < value) {
+    if (global_timer_ns() - start > timeout_ns) return false;
   }
   return true;
 }
@@ -43,8 +29,8 @@ __global__ void clock_probe_server_kernel(ClockProbeServerArgs a, ClockProbeResu
         result->round = k;
         return;
       }
-      store_release(a.reply_words[c] + 1, now_ns());
-      store_release(a.reply_words[c], k);
+      store_release_system(a.reply_words[c] + 1, global_timer_ns());
+      store_release_system(a.reply_words[c], k);
     }
   }
 }
@@ -53,16 +39,16 @@ __global__ void clock_probe_client_kernel(ClockProbeClientArgs a, ClockProbeResu
   uint64_t best_round_trip = ~uint64_t(0);
   int64_t best_offset = 0;
   for (uint64_t k = a.first_round + 1; k <= a.first_round + kClockProbeRounds; ++k) {
-    const uint64_t sent = now_ns();
-    store_release(a.request, k);
+    const uint64_t sent = global_timer_ns();
+    store_release_system(a.request, k);
     if (!wait_for(a.reply_words, k, a.timeout_ns)) {
       result->timed_out = 1;
       result->waited_for = 0;
       result->round = k;
       return;
     }
-    const uint64_t arrived = now_ns();
-    const uint64_t server_time = load_acquire(a.reply_words + 1);
+    const uint64_t arrived = global_timer_ns();
+    const uint64_t server_time = load_acquire_system(a.reply_words + 1);
     if (arrived - sent < best_round_trip) {
       best_round_trip = arrived - sent;
       // Midpoints of unsigned times, then the signed difference.

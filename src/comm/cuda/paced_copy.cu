@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "comm/cuda/device_primitives.cuh"
 #include "tessera/core/error.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -54,20 +55,6 @@ struct PacedCopyParams {
   double link_bytes_per_ns;
   size_t quantum_bytes;
 };
-
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ void sleep_until(uint64_t deadline_ns) {
-  while (true) {
-    const uint64_t now = global_timer_ns();
-    if (now >= deadline_ns) return;
-    __nanosleep(deadline_ns - now > 2000 ? 1000 : 100);
-  }
-}
 
 // Copies bytes [begin, end) by the block; V is the vector type. dst and src are co-aligned to
 // sizeof(V), so aligning dst + i aligns src + i too.

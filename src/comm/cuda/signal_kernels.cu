@@ -13,6 +13,7 @@
 #include <mutex>
 #include <vector>
 
+#include "comm/cuda/device_primitives.cuh"
 #include "tessera/core/error.h"
 #include "tessera/core/logging.h"
 #include "tessera/runtime/cuda_check.h"
@@ -20,22 +21,6 @@
 namespace tessera::cuda_comm {
 
 namespace {
-
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ uint64_t load_acquire_system(const uint64_t* word) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void store_release_system(uint64_t* word, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(word), "l"(v) : "memory");
-}
 
 __host__ __device__ inline const char* cmp_symbol(int cmp) {
   switch (cmp) {
