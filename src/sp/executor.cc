@@ -359,11 +359,15 @@ void PlanExecutor::plan_staging() {
         st.transfers.push_back(x);
       }
     }
-    std::stable_sort(st.transfers.begin(), st.transfers.end(),
-                     [](const PlaneTransfer& a, const PlaneTransfer& b) {
-                       return std::make_pair(a.transfer->id, a.plane) <
-                              std::make_pair(b.transfer->id, b.plane);
-                     });
+    // Two-sided: in transfer id order, the same on both ends (NCCL matches a pair's sends and
+    // receives by order). One-sided: in plan order, which rotates the peers per rank.
+    if (!is_one_sided_step(step.kind)) {
+      std::stable_sort(st.transfers.begin(), st.transfers.end(),
+                       [](const PlaneTransfer& a, const PlaneTransfer& b) {
+                         return std::make_pair(a.transfer->id, a.plane) <
+                                std::make_pair(b.transfer->id, b.plane);
+                       });
+    }
     // Staging for every plane that may be strided: a region that is not contiguous in the
     // slot, or any region of a slot bound to the caller's tensors (their strides are known
     // only when a run binds them).
@@ -380,7 +384,7 @@ void PlanExecutor::plan_staging() {
       // One-sided transfers move in the remote slot's storage order (run_put, run_get): the
       // local side needs packing when it is not contiguous in that order.
       bool laid_out_alike = g.is_contiguous();
-      if (step.kind == StepKind::kPut || step.kind == StepKind::kGet) {
+      if (is_one_sided_step(step.kind)) {
         const SlotRef& remote = x.local_is_src ? x.transfer->dst : x.transfer->src;
         x.remote = remote_geometry(x.peer, remote.slot, x.plane, remote.region);
         x.remote_order = x.remote.storage_order();

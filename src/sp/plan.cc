@@ -275,6 +275,10 @@ bool is_comm_step(StepKind kind) {
   }
 }
 
+bool is_one_sided_step(StepKind kind) {
+  return kind == StepKind::kPut || kind == StepKind::kGet;
+}
+
 std::string Plan::param(const std::string& key) const {
   for (const auto& [k, v] : params) {
     if (k == key) return v;

@@ -129,7 +129,49 @@ Transfer PlanBuilder::transfer(int src_rank, const SlotRef& src, int dst_rank, c
   return t;
 }
 
+namespace {
+
+// The peer on the far side of `t` for a step of `rank`.
+int peer_of(const Transfer& t, int rank) {
+  return t.src_rank == rank ? t.dst_rank : t.src_rank;
+}
+
+// A one-sided step's transfers run one after another (the executor issues them in plan order
+// on one stream). Ranks that talk to the same peers at the same time must not visit them in
+// the same order, or they queue on one peer's NIC while the others idle. Peers on other
+// machines come first (the slow link, the one to keep busy), then peers on this machine; in
+// each group, peers are visited in rank order rotated by the rank: the classic all-to-all
+// schedule (in a group of G, rank i meets i+1, i+2, ..., so every phase is a permutation).
+// Transfers with one peer keep their order.
+void rotate_peer_order(int rank, const std::vector<int>& machine_of_rank,
+                       std::vector<Transfer>& transfers) {
+  std::vector<int> peers[2];  // [0]: other machines, [1]: this machine
+  auto group_of = [&](int peer) { return machine_of_rank[peer] == machine_of_rank[rank] ? 1 : 0; };
+  for (const Transfer& t : transfers) {
+    const int p = peer_of(t, rank);
+    peers[group_of(p)].push_back(p);
+  }
+  for (std::vector<int>& g : peers) {
+    std::sort(g.begin(), g.end());
+    g.erase(std::unique(g.begin(), g.end()), g.end());
+  }
+  auto turn = [&](const Transfer& t) {
+    const int p = peer_of(t, rank);
+    const std::vector<int>& g = peers[group_of(p)];
+    const int n = int(g.size());
+    const int index = int(std::lower_bound(g.begin(), g.end(), p) - g.begin());
+    return std::make_pair(group_of(p), (index - rank % n + n) % n);
+  };
+  std::stable_sort(transfers.begin(), transfers.end(),
+                   [&](const Transfer& a, const Transfer& b) { return turn(a) < turn(b); });
+}
+
+}  // namespace
+
 int PlanBuilder::add(int rank, Step step, const std::vector<SlotRef>& sync_regions) {
+  if (is_one_sided_step(step.kind)) {
+    rotate_peer_order(rank, plan_.machine_of_rank, step.transfers);
+  }
   struct Use {
     SlotRef ref;
     bool write;

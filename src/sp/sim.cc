@@ -5,6 +5,7 @@
 #include "tessera/sp/sim.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <queue>
 #include <set>
@@ -12,6 +13,7 @@
 #include "executor_fusion.h"
 #include "executor_schedule.h"
 #include "json_writer.h"
+#include "sim_network.h"
 #include "tessera/attn/attention.h"
 #include "tessera/core/error.h"
 
@@ -113,14 +115,33 @@ struct StepSim {
   bool ended = false;
   double start = 0.0;
   double end = 0.0;
-  int pending = 0;         // transfers not yet launched (sendrecv, alltoall)
-  double data_done = 0.0;  // latest transfer completion among launched ones
+  int pending = 0;         // transfers not yet landed (sendrecv)
+  double data_done = 0.0;  // latest landing among its transfers
+};
+
+// The members of one all-to-all, once all have arrived: it ends when its last flow lands.
+struct CollectiveSim {
+  std::vector<StepRef> members;
+  int pending = 0;
+  double data_done = 0.0;
+};
+
+// Who is waiting for a flow of the network.
+struct FlowOwner {
+  enum Kind { kOneSided, kSendRecv, kAllToAll } kind;
+  StepRef step;    // one-sided: the step; sendrecv: one end
+  StepRef other;   // sendrecv: the other end
+  int index = -1;  // one-sided: the transfer's index in its step; all-to-all: the collective
+  double latency_us = 0.0;
 };
 
 struct Event {
+  enum Kind { kStepEnd, kTransferLanded, kNetwork } kind;
   double time;
   int64_t seq;
-  StepRef step;  // the step that ends
+  StepRef step;         // kStepEnd: the step that ends; kTransferLanded: the one-sided step
+  int transfer = -1;    // kTransferLanded: the index of its transfer that landed
+  int64_t version = 0;  // kNetwork: valid while the network has not changed since
   bool operator>(const Event& o) const { return std::tie(time, seq) > std::tie(o.time, o.seq); }
 };
 
@@ -138,8 +159,7 @@ class Simulator {
     streams_.assign(P, std::vector<std::vector<int>>(S));
     pos_.assign(P, std::vector<size_t>(S, 0));
     dependents_.resize(P);
-    egress_.assign(P, std::vector<double>(kNumLinkClasses, 0.0));
-    ingress_.assign(P, std::vector<double>(kNumLinkClasses, 0.0));
+    add_ports();
     two_sided_in_flight_.assign(P, 0);
     plan_launches();
     for (int r = 0; r < P; ++r) {
@@ -190,7 +210,17 @@ class Simulator {
     while (!events_.empty()) {
       const Event e = events_.top();
       events_.pop();
-      end_step(e.step, e.time);
+      switch (e.kind) {
+        case Event::kStepEnd:
+          end_step(e.step, e.time);
+          break;
+        case Event::kTransferLanded:
+          launch_one_sided(e.step, e.transfer + 1, e.time);
+          break;
+        case Event::kNetwork:
+          if (e.version == network_version_) flows_finished(e.time);
+          break;
+      }
     }
     SimResult result;
     result.rank_end_us.assign(P, 0.0);
@@ -233,7 +263,104 @@ class Simulator {
  private:
   const Step& step_of(StepRef s) const { return plan_.ranks[s.rank].steps[s.index]; }
 
-  void schedule_end(StepRef s, double time) { events_.push({time, seq_++, s}); }
+  void schedule_end(StepRef s, double time) { events_.push({Event::kStepEnd, time, seq_++, s}); }
+
+  // Ports of the fluid network: every rank's egress and ingress per link class, at the link's
+  // bandwidth, and its sockets (egress, ingress), which two-sided traffic between emulated
+  // machines also crosses.
+  void add_ports() {
+    const int P = plan_.world_size;
+    link_port_.assign(size_t(P), {});
+    socket_port_.assign(size_t(P), {});
+    for (int r = 0; r < P; ++r) {
+      for (int cls = 0; cls < kNumLinkClasses; ++cls) {
+        const double rate = model_.link(LinkClass(cls)).bandwidth_gbps * 1e3;
+        link_port_[size_t(r)][size_t(cls)] = {net_.add_port(rate), net_.add_port(rate)};
+      }
+      const double sockets = model_.emulated_two_sided.bandwidth_gbps * 1e3;
+      socket_port_[size_t(r)] = {net_.add_port(sockets), net_.add_port(sockets)};
+    }
+  }
+
+  // Moves transfer t from `now` for `owner`; its landing is handled by landed().
+  void launch(const Transfer& t, double now, CommMode comm, FlowOwner owner) {
+    const LinkCost c = model_.link(t.link, comm);
+    owner.latency_us = c.latency_us;
+    if (t.bytes <= 0) {
+      landed(owner, now + c.latency_us);
+      return;
+    }
+    const auto& out = link_port_[size_t(t.src_rank)][size_t(t.link)];
+    const auto& in = link_port_[size_t(t.dst_rank)][size_t(t.link)];
+    std::vector<int> ports{out.first, in.second};
+    if (t.link == LinkClass::kEmulatedNetwork && comm == CommMode::kTwoSided) {
+      ports.push_back(socket_port_[size_t(t.src_rank)].first);
+      ports.push_back(socket_port_[size_t(t.dst_rank)].second);
+    }
+    owners_.push_back(owner);
+    net_.start(now, ports, c.bandwidth_gbps * 1e3, double(t.bytes), int64_t(owners_.size()) - 1);
+    network_changed();
+  }
+
+  // The network's flows or rates changed: its next finish is the one to wait for.
+  void network_changed() {
+    ++network_version_;
+    if (!net_.idle()) {
+      events_.push({Event::kNetwork, net_.next_finish(), seq_++, {}, -1, network_version_});
+    }
+  }
+
+  void flows_finished(double now) {
+    const std::vector<int64_t> tags = net_.finish_until(now);
+    network_changed();
+    for (int64_t tag : tags) {
+      const FlowOwner owner = owners_[size_t(tag)];
+      landed(owner, now + owner.latency_us);
+    }
+  }
+
+  // A transfer's data is at its destination at `time`.
+  void landed(const FlowOwner& owner, double time) {
+    switch (owner.kind) {
+      case FlowOwner::kOneSided:
+        events_.push({Event::kTransferLanded, time, seq_++, owner.step, owner.index});
+        break;
+      case FlowOwner::kSendRecv: {
+        const bool one_step =
+            owner.other.rank == owner.step.rank && owner.other.index == owner.step.index;
+        for (StepRef x : {owner.step, owner.other}) {
+          StepSim& xs = steps_[x.rank][x.index];
+          xs.data_done = std::max(xs.data_done, time);
+          if (--xs.pending == 0) {
+            schedule_end(x, std::max(xs.data_done, xs.start) + model_.two_sided_step_us);
+          }
+          if (one_step) break;
+        }
+        break;
+      }
+      case FlowOwner::kAllToAll: {
+        CollectiveSim& c = collectives_[size_t(owner.index)];
+        c.data_done = std::max(c.data_done, time);
+        if (--c.pending == 0) {
+          for (const StepRef& m : c.members)
+            schedule_end(m, c.data_done + model_.two_sided_step_us);
+        }
+        break;
+      }
+    }
+  }
+
+  // A one-sided step moves its transfers one after another in plan order, as the executor
+  // issues them on the step's stream: each starts when the one before has landed.
+  void launch_one_sided(StepRef s, int index, double now) {
+    const Step& step = step_of(s);
+    if (index == int(step.transfers.size())) {
+      schedule_end(s, now + model_.one_sided_step_us);
+      return;
+    }
+    launch(step.transfers[size_t(index)], now, CommMode::kOneSided,
+           {FlowOwner::kOneSided, s, {}, index});
+  }
 
   void try_start_head(int r, int stream, double now) {
     const auto& order = streams_[r][stream];
@@ -321,17 +448,6 @@ class Simulator {
     }
   }
 
-  // Moves transfer t once both ends are ready at `now`; returns when its data has landed.
-  double launch(const Transfer& t, double now, CommMode comm) {
-    const int cls = int(t.link);
-    const LinkCost c = model_.link(t.link, comm);
-    const double begin = std::max({now, egress_[t.src_rank][cls], ingress_[t.dst_rank][cls]});
-    const double data_end = begin + double(t.bytes) / (c.bandwidth_gbps * 1e3);
-    egress_[t.src_rank][cls] = data_end;
-    ingress_[t.dst_rank][cls] = data_end;
-    return data_end + c.latency_us;
-  }
-
   void start_step(StepRef s, double now) {
     const Step& step = step_of(s);
     StepSim& st = steps_[s.rank][s.index];
@@ -347,16 +463,10 @@ class Simulator {
         ++two_sided_in_flight_[s.rank];
         st.pending = int(step.transfers.size());
         for (const Transfer& t : step.transfers) {
+          // Moved once both ends have started: by the later of the two.
           const StepRef other = t.src_rank == s.rank ? receivers_.at(t.id) : senders_.at(t.id);
           if (!steps_[other.rank][other.index].started) continue;
-          const double done = launch(t, now, CommMode::kTwoSided);
-          for (StepRef x : {s, other}) {
-            StepSim& xs = steps_[x.rank][x.index];
-            xs.data_done = std::max(xs.data_done, done);
-            if (--xs.pending == 0) {
-              schedule_end(x, std::max(xs.data_done, xs.start) + model_.two_sided_step_us);
-            }
-          }
+          launch(t, now, CommMode::kTwoSided, {FlowOwner::kSendRecv, s, other});
         }
         if (step.transfers.empty()) schedule_end(s, now);
         break;
@@ -381,46 +491,24 @@ class Simulator {
           for (const StepRef& m : members) schedule_end(m, now + model_.barrier_hops * worst);
           break;
         }
-        // Every pair moves at once (NCCL runs an all-to-all's pairs in parallel): per link
-        // class, the collective takes as long as its busiest member's egress or ingress.
-        double end = now;
-        for (int cls = 0; cls < kNumLinkClasses; ++cls) {
-          std::map<int, int64_t> out, in;  // bytes per rank on this class
-          for (const StepRef& m : members) {
-            for (const Transfer& t : step_of(m).transfers) {
-              if (t.src_rank != m.rank || int(t.link) != cls) continue;
-              out[t.src_rank] += t.bytes;
-              in[t.dst_rank] += t.bytes;
-            }
+        // Every pair moves at once (NCCL runs an all-to-all's pairs in parallel), sharing
+        // the members' ports; all members end when the last pair has landed.
+        const int c = int(collectives_.size());
+        collectives_.push_back({members, 1, now});  // 1: held until every pair is launched
+        for (const StepRef& m : members) {
+          for (const Transfer& t : step_of(m).transfers) {
+            if (t.src_rank != m.rank) continue;
+            ++collectives_[size_t(c)].pending;
+            launch(t, now, CommMode::kTwoSided, {FlowOwner::kAllToAll, m, {}, c});
           }
-          if (out.empty()) continue;
-          const LinkCost& c = model_.link(LinkClass(cls), CommMode::kTwoSided);
-          double begin = now;
-          int64_t busiest = 0;
-          for (const auto& [r, bytes] : out) {
-            begin = std::max(begin, egress_[r][cls]);
-            busiest = std::max(busiest, bytes);
-          }
-          for (const auto& [r, bytes] : in) {
-            begin = std::max(begin, ingress_[r][cls]);
-            busiest = std::max(busiest, bytes);
-          }
-          const double data_end = begin + double(busiest) / (c.bandwidth_gbps * 1e3);
-          for (const auto& [r, bytes] : out) egress_[r][cls] = data_end;
-          for (const auto& [r, bytes] : in) ingress_[r][cls] = data_end;
-          end = std::max(end, data_end + c.latency_us);
         }
-        for (const StepRef& m : members) schedule_end(m, end + model_.two_sided_step_us);
+        landed({FlowOwner::kAllToAll, {}, {}, c}, now);
         break;
       }
       case StepKind::kPut:
-      case StepKind::kGet: {
-        double done = now;
-        for (const Transfer& t : step.transfers)
-          done = std::max(done, launch(t, now, CommMode::kOneSided));
-        schedule_end(s, done + model_.one_sided_step_us);
+      case StepKind::kGet:
+        launch_one_sided(s, 0, now);
         break;
-      }
       case StepKind::kSignal: {
         const LinkClass l = plan_.links[size_t(s.rank) * plan_.world_size + step.signal_rank];
         schedule_end(s, now + model_.link(l).latency_us);
@@ -480,7 +568,12 @@ class Simulator {
   std::vector<std::vector<std::vector<int>>> streams_;
   std::vector<std::vector<size_t>> pos_;
   std::vector<std::vector<std::vector<int>>> dependents_;
-  std::vector<std::vector<double>> egress_, ingress_;
+  detail::FluidNetwork net_;
+  int64_t network_version_ = 0;
+  std::vector<std::array<std::pair<int, int>, kNumLinkClasses>> link_port_;  // (egress, ingress)
+  std::vector<std::pair<int, int>> socket_port_;
+  std::vector<FlowOwner> owners_;
+  std::vector<CollectiveSim> collectives_;
   std::vector<int> two_sided_in_flight_;
   std::vector<detail::ComputeLaunches> fused_;  // per rank; empty: no fusion
   std::map<int, StepRef> senders_, receivers_;

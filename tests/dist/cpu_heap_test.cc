@@ -148,13 +148,15 @@ TEST(CpuHeap, EmulatedNicsAreSharedByConcurrentTransfers) {
   options.heap_bytes = 8 << 20;
   const double one_us = paced_transfer_us(options.emulated_link, kBytes);
   using Clock = std::chrono::steady_clock;
-  for (const bool into_one : {true, false}) {
+  auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  // into_one: ranks 1 and 2 push into rank 0. Otherwise 1 -> 2 and 2 -> 3 (a NIC each way).
+  // Returns when ranks 1 and 2 began and ended their push.
+  auto run = [&](bool into_one) {
     std::vector<Clock::time_point> began(4), ended(4);
     run_cpu_ranks(4, 4, options, [&](RankContext& ctx) {
       SymmetricBuffer buf = ctx.heap->allocate(2 * kBytes);
       std::vector<char> data(kBytes, char(ctx.rank));
       ctx.heap->barrier(ctx.stream);
-      // into_one: ranks 1 and 2 push into rank 0. Otherwise 1 -> 2 and 2 -> 3 (a NIC each way).
       if (ctx.rank == 1 || ctx.rank == 2) {
         const int peer = into_one ? 0 : ctx.rank + 1;
         began[size_t(ctx.rank)] = Clock::now();
@@ -163,22 +165,29 @@ TEST(CpuHeap, EmulatedNicsAreSharedByConcurrentTransfers) {
       }
       ctx.heap->barrier(ctx.stream);
     });
-    auto us = [](Clock::duration d) {
-      return std::chrono::duration<double, std::micro>(d).count();
-    };
-    if (into_one) {
-      // The threads start apart (barrier exit on few cores); the NIC is busy 2 x one transfer
-      // from the first start on.
-      const double span = us(std::max(ended[1], ended[2]) - std::min(began[1], began[2]));
-      EXPECT_GE(span, 2.0 * one_us) << "two pushes into one NIC must share its bandwidth";
-    } else {
-      for (int r : {1, 2}) {
-        const double took = us(ended[size_t(r)] - began[size_t(r)]);
-        EXPECT_GE(took, 0.99 * one_us);
-        EXPECT_LT(took, 1.9 * one_us) << "rank " << r << ": disjoint NICs must not wait";
-      }
-    }
+    return std::make_pair(began, ended);
+  };
+  {
+    // The threads start apart (barrier exit on few cores); the NIC is busy 2 x one transfer
+    // from the first start on.
+    const auto [began, ended] = run(true);
+    const double span = us(std::max(ended[1], ended[2]) - std::min(began[1], began[2]));
+    EXPECT_GE(span, 2.0 * one_us) << "two pushes into one NIC must share its bandwidth";
   }
+  // Disjoint NICs: neither push waits. A thread descheduled on a loaded machine can only take
+  // longer, so a few attempts are allowed for the upper bound; the lower bound holds in each.
+  double slowest = 0.0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const auto [began, ended] = run(false);
+    slowest = 0.0;
+    for (int r : {1, 2}) {
+      const double took = us(ended[size_t(r)] - began[size_t(r)]);
+      EXPECT_GE(took, 0.99 * one_us) << "rank " << r << ": a push takes the link's time";
+      slowest = std::max(slowest, took);
+    }
+    if (slowest < 1.9 * one_us) break;
+  }
+  EXPECT_LT(slowest, 1.9 * one_us) << "disjoint NICs must not wait";
 }
 
 TEST(CpuHeap, ArgumentErrorsNameTheProblem) {

@@ -240,6 +240,8 @@ enum class StepKind : uint8_t {
 };
 const char* step_kind_name(StepKind kind);
 bool is_comm_step(StepKind kind);
+// kPut or kGet: moves data through symmetric memory, one transfer after another.
+bool is_one_sided_step(StepKind kind);
 
 constexpr int kComputeStream = 0;
 
