@@ -43,7 +43,8 @@ if [ "$ngpu" -ge 4 ]; then
     "${slow[@]}" --timeline "$out/tl_flux_4x1_paper"
   has 4x1paper && sp cog_4x1_paper "${cog[@]}" --seq 65536 --emulate-nodes "$ngpu" --link paper "${slow[@]}"
   has 2x2 && sp flux_2x2_nic400 "${flux[@]}" --seq 36864 --emulate-nodes 2 "${slow[@]}"
-  has 4x1nic && sp flux_4x1_nic400 "${flux[@]}" --seq 36864 --emulate-nodes "$ngpu" "${slow[@]}"
+  has 4x1nic && sp flux_4x1_nic400 "${flux[@]}" --seq 36864 --emulate-nodes "$ngpu" "${slow[@]}" \
+    --timeline "$out/tl_flux_4x1_nic400"
   has 2x2paper && sp flux_2x2_paper "${flux[@]}" --seq 36864 --emulate-nodes 2 --link paper "${slow[@]}"
 fi
 exit $status

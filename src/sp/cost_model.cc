@@ -111,6 +111,7 @@ void CostModel::set(std::string_view key, double value) {
       {"two_sided_step_us", &two_sided_step_us},
       {"one_sided_step_us", &one_sided_step_us},
       {"two_sided_compute_slowdown", &two_sided_compute_slowdown},
+      {"one_sided_compute_slowdown", &one_sided_compute_slowdown},
       {"barrier_hops", &barrier_hops},
   };
   for (const Term& t : terms) {
@@ -171,7 +172,8 @@ void CostModel::validate() const {
   TESSERA_CHECK_ARG(hbm_gbps > 0, "cost model hbm_gbps = ", hbm_gbps, ": expected > 0");
   TESSERA_CHECK_ARG(attn_kv_half_rows >= 0 && launch_us >= 0 && two_sided_step_us >= 0 &&
                         one_sided_step_us >= 0 && two_sided_compute_slowdown >= 0 &&
-                        barrier_hops >= 0 && num_sms >= 1 && q_tile_rows >= 1,
+                        one_sided_compute_slowdown >= 0 && barrier_hops >= 0 && num_sms >= 1 &&
+                        q_tile_rows >= 1,
                     "cost model: times, slowdown and sizes must be >= 0 (SMs, q tile >= 1)");
 }
 
@@ -184,7 +186,8 @@ std::string CostModel::describe() const {
              attn_tflops_d128, " (D128) TFLOP/s, half speed at ", attn_kv_half_rows, " kv rows, ",
              num_sms, " SMs; launch ", launch_us, " us; hbm ", hbm_gbps, " GB/s; two-sided step ",
              two_sided_step_us, " us (+", two_sided_compute_slowdown * 100,
-             "% on overlapped compute), one-sided step ", one_sided_step_us, " us");
+             "% on overlapped compute), one-sided step ", one_sided_step_us, " us (+",
+             one_sided_compute_slowdown * 100, "% on compute beside copies inside a machine)");
 }
 
 namespace {

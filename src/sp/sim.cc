@@ -117,6 +117,13 @@ struct StepSim {
   double end = 0.0;
   int pending = 0;         // transfers not yet landed (sendrecv)
   double data_done = 0.0;  // latest landing among its transfers
+  // A running attention launch: its work at full speed not done by `since`, and how much
+  // longer than that it takes at the current interference (see CostModel's slowdowns).
+  double work_left = 0.0;
+  double since = 0.0;
+  double slowdown = 1.0;
+  int64_t version = 0;       // its end events before the last change of speed are stale
+  bool copy_engine = false;  // a one-sided step moving data inside a machine
 };
 
 // The members of one all-to-all, once all have arrived: it ends when its last flow lands.
@@ -161,6 +168,8 @@ class Simulator {
     dependents_.resize(P);
     add_ports();
     two_sided_in_flight_.assign(P, 0);
+    copies_in_flight_.assign(P, 0);
+    running_compute_.assign(P, {});
     plan_launches();
     for (int r = 0; r < P; ++r) {
       const RankPlan& rp = plan_.ranks[r];
@@ -212,7 +221,7 @@ class Simulator {
       events_.pop();
       switch (e.kind) {
         case Event::kStepEnd:
-          end_step(e.step, e.time);
+          if (e.version == steps_[e.step.rank][e.step.index].version) end_step(e.step, e.time);
           break;
         case Event::kTransferLanded:
           launch_one_sided(e.step, e.transfer + 1, e.time);
@@ -428,11 +437,8 @@ class Simulator {
   double compute_duration(int r, int index, const Step& s) const {
     const AttentionShape& shape = plan_.shape;
     switch (s.kind) {
-      case StepKind::kCompute: {
-        double t = compute_launch_us(r, index, s);
-        if (two_sided_in_flight_[r] > 0) t *= 1.0 + model_.two_sided_compute_slowdown;
-        return t;
-      }
+      case StepKind::kCompute:
+        return compute_launch_us(r, index, s);
       case StepKind::kMerge:
         return model_.state_pass_us((s.overwrite ? 2 : 3) *
                                     region_bytes(shape, SlotKind::kPartial, s.src.region));
@@ -448,19 +454,53 @@ class Simulator {
     }
   }
 
+  // How much longer attention takes on rank r now: NCCL kernels or copies inside the machine
+  // running beside it take memory bandwidth and SMs from it.
+  double slowdown(int r) const {
+    double extra = 0.0;
+    if (two_sided_in_flight_[r] > 0) extra = model_.two_sided_compute_slowdown;
+    if (copies_in_flight_[r] > 0) extra = std::max(extra, model_.one_sided_compute_slowdown);
+    return 1.0 + extra;
+  }
+
+  // Rank r's two-sided steps and copies in flight change by the deltas at `now`: its running
+  // attention launches go on at the new speed.
+  void interference(int r, int two_sided, int copies, double now) {
+    two_sided_in_flight_[r] += two_sided;
+    copies_in_flight_[r] += copies;
+    const double factor = slowdown(r);
+    for (int i : running_compute_[r]) {
+      StepSim& st = steps_[r][i];
+      if (st.slowdown == factor) continue;
+      st.work_left = std::max(0.0, st.work_left - (now - st.since) / st.slowdown);
+      st.since = now;
+      st.slowdown = factor;
+      events_.push(
+          {Event::kStepEnd, now + st.work_left * factor, seq_++, {r, i}, -1, ++st.version});
+    }
+  }
+
   void start_step(StepRef s, double now) {
     const Step& step = step_of(s);
     StepSim& st = steps_[s.rank][s.index];
     st.started = true;
     st.start = now;
     switch (step.kind) {
-      case StepKind::kCompute:
+      case StepKind::kCompute: {
+        st.work_left = compute_duration(s.rank, s.index, step);
+        st.since = now;
+        st.slowdown = slowdown(s.rank);
+        running_compute_[s.rank].insert(s.index);
+        events_.push(
+            {Event::kStepEnd, now + st.work_left * st.slowdown, seq_++, s, -1, st.version});
+        break;
+      }
       case StepKind::kMerge:
       case StepKind::kFinalize:
         schedule_end(s, now + compute_duration(s.rank, s.index, step));
         break;
       case StepKind::kSendRecv: {
-        ++two_sided_in_flight_[s.rank];
+        interference(s.rank, +1, 0, now);
         st.pending = int(step.transfers.size());
         for (const Transfer& t : step.transfers) {
           // Moved once both ends have started: by the later of the two.
@@ -473,7 +513,7 @@ class Simulator {
       }
       case StepKind::kAllToAll:
       case StepKind::kBarrier: {
-        if (step.kind == StepKind::kAllToAll) ++two_sided_in_flight_[s.rank];
+        if (step.kind == StepKind::kAllToAll) interference(s.rank, +1, 0, now);
         const auto& members = instances_.at(instance_of_.at(s));
         for (const StepRef& m : members) {
           if (!steps_[m.rank][m.index].started) return;
@@ -507,6 +547,10 @@ class Simulator {
       }
       case StepKind::kPut:
       case StepKind::kGet:
+        for (const Transfer& t : step.transfers) {
+          st.copy_engine = st.copy_engine || !is_cross_machine(t.link);
+        }
+        if (st.copy_engine) interference(s.rank, 0, +1, now);
         launch_one_sided(s, 0, now);
         break;
       case StepKind::kSignal: {
@@ -543,9 +587,11 @@ class Simulator {
     st.ended = true;
     st.end = time;
     const Step& step = step_of(s);
+    if (step.kind == StepKind::kCompute) running_compute_[s.rank].erase(s.index);
     if (step.kind == StepKind::kSendRecv || step.kind == StepKind::kAllToAll) {
-      --two_sided_in_flight_[s.rank];
+      interference(s.rank, -1, 0, time);
     }
+    if (st.copy_engine) interference(s.rank, 0, -1, time);
     if (step.kind == StepKind::kPut && step.signal_id >= 0) {
       std::set<int> dsts;
       for (const Transfer& t : step.transfers) dsts.insert(t.dst_rank);
@@ -575,6 +621,8 @@ class Simulator {
   std::vector<FlowOwner> owners_;
   std::vector<CollectiveSim> collectives_;
   std::vector<int> two_sided_in_flight_;
+  std::vector<int> copies_in_flight_;  // one-sided steps moving data inside the machine
+  std::vector<std::set<int>> running_compute_;
   std::vector<detail::ComputeLaunches> fused_;  // per rank; empty: no fusion
   std::map<int, StepRef> senders_, receivers_;
   std::map<int, std::map<std::pair<StepKind, std::vector<int>>, int>> seen_;

@@ -252,6 +252,30 @@ TEST(SpSim, OneSidedAllToAllRunsAtTheLinkRate) {
   EXPECT_LT(r.total_us, (link_bound_us + compute) * 1.05);
 }
 
+// Attention slows down only while copies or NCCL run beside it: by at most the slowdown
+// times the time they overlap it.
+TEST(SpSim, InterferenceSlowsOnlyTheOverlappedCompute) {
+  const Topology topo = gpu_topology(1, 4);
+  for (CommMode comm : {CommMode::kOneSided, CommMode::kTwoSided}) {
+    PlanRequest req = request(topo, Method::kRing, 16384, 8, 8, false, 64, 128);
+    req.options.comm = comm;
+    CostModel quiet = CostModel::for_topology(topo);
+    quiet.one_sided_compute_slowdown = 0.0;
+    quiet.two_sided_compute_slowdown = 0.0;
+    const Plan plan = make_plan(req, quiet);
+    const SimResult base = simulate(plan, quiet);
+    CostModel noisy = quiet;
+    (comm == CommMode::kOneSided ? noisy.one_sided_compute_slowdown
+                                 : noisy.two_sided_compute_slowdown) = 0.5;
+    const SimResult slowed = simulate(plan, noisy);
+    double comm_us = 0.0;
+    for (double c : slowed.comm_us) comm_us = std::max(comm_us, c);
+    const std::string what(comm_mode_name(comm));
+    EXPECT_GT(slowed.total_us, base.total_us) << what;
+    EXPECT_LE(slowed.total_us, base.total_us + 0.5 * comm_us * (1 + 1e-9)) << what;
+  }
+}
+
 TEST(SpSim, DeadlockedPlanIsReported) {
   // Both ranks receive before they send, in separate steps of one stream: a deadlock.
   Plan plan = plan_ring(request(gpu_topology(1, 2), Method::kRing, 8, 4, 4, false, 0));

@@ -52,7 +52,7 @@ struct CostModel {
   // `tessera bench sp` measures the sockets at start and sets these terms.
   LinkCost emulated_two_sided{3.0, 50.0};
 
-  double attn_tflops_d64 = 430.0;  // peak attention forward, bf16, per head_dim
+  double attn_tflops_d64 = 485.0;  // peak attention forward, bf16, per head_dim (measured)
   double attn_tflops_d128 = 620.0;
   double attn_kv_half_rows = 512.0;  // KV length at which a block reaches half of peak
   int num_sms = 132;
@@ -62,6 +62,9 @@ struct CostModel {
   double two_sided_step_us = 10.0;
   double one_sided_step_us = 2.0;
   double two_sided_compute_slowdown = 0.08;
+  // Attention beside copy-engine copies inside the machine (one-sided steps over NVLink):
+  // measured 15-19% slower while a pull runs (1x4 H200 timelines, docs/PERF.md).
+  double one_sided_compute_slowdown = 0.17;
   double barrier_hops = 2.0;
 
   const LinkCost& link(LinkClass link) const;
@@ -89,7 +92,8 @@ struct CostModel {
   // pcie_us, network_gbps, network_us (both network classes), emulated_two_sided_gbps,
   // emulated_two_sided_us, attn_tflops_d64,
   // attn_tflops_d128, attn_kv_half_rows, num_sms, q_tile_rows, launch_us, hbm_gbps,
-  // two_sided_step_us, one_sided_step_us, two_sided_compute_slowdown, barrier_hops.
+  // two_sided_step_us, one_sided_step_us, two_sided_compute_slowdown,
+  // one_sided_compute_slowdown, barrier_hops.
   // Throws kInvalidArgument naming an unknown key.
   void set(std::string_view key, double value);
   // Applies "key=value,key=value" (empty: nothing); throws naming the bad entry.
