@@ -3,13 +3,16 @@
 // order, deps, two-sided transfers start when both sides have started, collectives and
 // barriers when all members have, waits when their signal is complete), and adds what the
 // cost model says a step takes:
-//   - a transfer moves once both sides are ready and its link is free: each GPU has one
-//     egress and one ingress queue per link class, so transfers on one class queue up and
-//     transfers on different classes (NVLink, network) overlap;
-//   - attention blocks, merges and finalizes run one at a time on the compute stream.
+//   - a transfer moves once both sides are ready, as a flow through its source's egress and
+//     its destination's ingress of its link class (and both GPUs' sockets for two-sided
+//     traffic between emulated machines); flows in flight share each port max-min fairly
+//     (sim_network.h), so transfers on one class share it and different classes (NVLink,
+//     network) overlap. A one-sided step moves its transfers one after another, in plan order;
+//   - attention blocks, merges and finalizes run one at a time on the compute stream; an
+//     attention launch runs slower while NCCL steps or copies inside the machine run beside it.
 // The result is what `auto` and Mesh's tile search compare, and projects a plan to machine
 // counts we cannot run. It is a model: contention inside a switch, kernel-level overlap
-// effects other than the two-sided slowdown, and clock skew are not simulated.
+// effects other than those two slowdowns, and clock skew are not simulated.
 #pragma once
 
 #include <string>
