@@ -30,10 +30,12 @@ if has test; then
 fi
 if has comm; then
   $bin bench comm --heap nvshmem --compare-heaps --json "$out/comm_1x${ngpu}.json" >"$out/comm.log" 2>&1 || status=1
-  if [ "$ngpu" -ge 2 ]; then
-    $bin bench comm --heap nvshmem --emulate-nodes 2 --ops all_to_all,all_gather,reduce_scatter,sendrecv,put,get \
-      --json "$out/comm_2x$((ngpu / 2))_emulated.json" >>"$out/comm.log" 2>&1 || status=1
-  fi
+  # Emulated machines of ngpu/2 GPUs (2x2 on 4 GPUs), and on 8 GPUs also 4x2 (issue 5).
+  for nodes in 2 4; do
+    [ "$ngpu" -ge $((2 * nodes)) ] && [ $((ngpu % nodes)) -eq 0 ] || continue
+    $bin bench comm --heap nvshmem --emulate-nodes "$nodes" --ops all_to_all,all_gather,reduce_scatter,sendrecv,put,get \
+      --json "$out/comm_${nodes}x$((ngpu / nodes))_emulated.json" >>"$out/comm.log" 2>&1 || status=1
+  done
   torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_comm.py --json "$out/torch_comm.json" \
     >"$out/torch_comm.log" 2>&1 || status=1
 fi
