@@ -122,8 +122,7 @@ struct StepSim {
   double work_left = 0.0;
   double since = 0.0;
   double slowdown = 1.0;
-  int64_t version = 0;       // its end events before the last change of speed are stale
-  bool copy_engine = false;  // a one-sided step moving data inside a machine
+  int64_t version = 0;  // its end events before the last change of speed are stale
 };
 
 // The members of one all-to-all, once all have arrived: it ends when its last flow lands.
@@ -454,6 +453,13 @@ class Simulator {
     }
   }
 
+  // A one-sided step that moves data inside the machine (copy engines beside the attention).
+  static bool copies_inside_machine(const Step& step) {
+    if (!is_one_sided_step(step.kind)) return false;
+    return std::any_of(step.transfers.begin(), step.transfers.end(),
+                       [](const Transfer& t) { return !is_cross_machine(t.link); });
+  }
+
   // How much longer attention takes on rank r now: NCCL kernels or copies inside the machine
   // running beside it take memory bandwidth and SMs from it.
   double slowdown(int r) const {
@@ -547,10 +553,7 @@ class Simulator {
       }
       case StepKind::kPut:
       case StepKind::kGet:
-        for (const Transfer& t : step.transfers) {
-          st.copy_engine = st.copy_engine || !is_cross_machine(t.link);
-        }
-        if (st.copy_engine) interference(s.rank, 0, +1, now);
+        if (copies_inside_machine(step)) interference(s.rank, 0, +1, now);
         launch_one_sided(s, 0, now);
         break;
       case StepKind::kSignal: {
@@ -591,7 +594,7 @@ class Simulator {
     if (step.kind == StepKind::kSendRecv || step.kind == StepKind::kAllToAll) {
       interference(s.rank, -1, 0, time);
     }
-    if (st.copy_engine) interference(s.rank, 0, -1, time);
+    if (copies_inside_machine(step)) interference(s.rank, 0, -1, time);
     if (step.kind == StepKind::kPut && step.signal_id >= 0) {
       std::set<int> dsts;
       for (const Transfer& t : step.transfers) dsts.insert(t.dst_rank);
