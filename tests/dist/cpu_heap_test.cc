@@ -143,9 +143,11 @@ TEST(CpuHeap, CrossMachinePutsArePacedToTheLink) {
 // transfer waits for the earlier), while transfers between disjoint pairs do not wait.
 TEST(CpuHeap, EmulatedNicsAreSharedByConcurrentTransfers) {
   ContextOptions options = test_options();
-  constexpr size_t kBytes = 2000000;
-  options.emulated_link = LinkSpec{1.0, 0.0, "custom"};  // 1 GB/s: 2 ms per transfer
-  options.heap_bytes = 8 << 20;
+  // 20 ms per transfer: long against the scheduling delays of a loaded machine (up to ~6 ms
+  // seen under ctest -j8), which can only make a push look slower.
+  constexpr size_t kBytes = 10000000;
+  options.emulated_link = LinkSpec{0.5, 0.0, "custom"};  // 0.5 GB/s
+  options.heap_bytes = 32 << 20;
   const double one_us = paced_transfer_us(options.emulated_link, kBytes);
   using Clock = std::chrono::steady_clock;
   auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
