@@ -39,9 +39,11 @@ struct CpuEvent final : Event::Impl {
   }
 };
 
+#ifndef TESSERA_WITH_CUDA
 [[noreturn]] void no_cuda(const char* what) {
   throw_error(ErrorCode::kUnsupported, str(what, ": this build of Tessera has no cuda backend"));
 }
+#endif
 }  // namespace
 
 Stream Stream::cpu() {
