@@ -2,15 +2,16 @@
 # A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
 # configure and build with every core, run the gpu tests, run the benchmarks with their
 # anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
-#   STAGES="build test comm launchers sp attn spsweep" selects stages (default: all but spsweep,
-#   the long sequence-parallel sweep of scripts/sp_sweep.sh; PARTS selects its parts).
+#   STAGES="build test comm launchers sp attn decode sanitize spsweep" selects stages (default:
+#   all but spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
+#   parts, and sanitize, compute-sanitizer over the single-GPU tests, scripts/gpu_sanitize.sh).
 # Everything lands in OUTDIR/work/ and is packed into OUTDIR/gpu-check.tgz at the end (the
 # device tool brings back few files).
 set -uo pipefail
 final=$1
 out=$final/work
 mkdir -p "$out"
-stages=${STAGES:-"build test comm launchers sp attn"}
+stages=${STAGES:-"build test comm launchers sp attn decode"}
 has() { [[ " $stages " == *" $1 "* ]]; }
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 export TESSERA_COMMIT=${TESSERA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -58,7 +59,22 @@ fi
 if has attn && $bin bench attn --help >/dev/null 2>&1; then
   $bin bench attn --json "$out/attn.json" >"$out/attn.log" 2>&1 || status=1
 fi
+if has decode; then
+  $bin bench cluster --json "$out/cluster.json" >"$out/cluster.log" 2>&1 || status=1
+  $bin bench decode --json "$out/decode.json" >"$out/decode.log" 2>&1 || status=1
+  if [ -f bench/anchors/flashinfer_decode.py ]; then
+    python3 bench/anchors/flashinfer_decode.py --json "$out/decode_flashinfer.json" \
+      >"$out/decode_flashinfer.log" 2>&1 || status=1
+  fi
+fi
+if has sanitize; then
+  scripts/gpu_sanitize.sh build-gpu/tests/tessera_gpu_tests "$out" || status=1
+fi
 tar czf "$final/gpu-check.tgz" -C "$out" .
+[ -f "$out/cluster.log" ] && { echo "=== cluster ==="; grep -v "^\[" "$out/cluster.log" | tail -45; }
+[ -f "$out/decode.log" ] && { echo "=== decode ==="; grep -v "^\[" "$out/decode.log" | tail -30; }
+[ -f "$out/decode_flashinfer.log" ] && { echo "=== decode flashinfer ==="; tail -20 "$out/decode_flashinfer.log"; }
+[ -f "$out/sanitize.txt" ] && { echo "=== sanitize ==="; cat "$out/sanitize.txt"; }
 [ -f "$out/comm.log" ] && { echo "=== comm ==="; python3 bench/report.py "$out"/comm*.json "$out"/torch_comm.json | grep -E " (64M|256M) "; }
 [ -f "$out/attn.log" ] && { echo "=== attn ==="; grep -v "^\[" "$out/attn.log" | tail -30; }
 [ -f "$out/sp.log" ] && { echo "=== sp ==="; grep -v "^\[" "$out/sp.log" | tail -40; }

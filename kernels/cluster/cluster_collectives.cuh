@@ -1,0 +1,204 @@
+// Cluster-level collectives (ClusterFusion's ClusterReduce and ClusterGather) for the thread
+// blocks of one Hopper cluster, over distributed shared memory (DSMEM) or, for comparison,
+// over global memory. Device code only; kernels include this header.
+//
+// Every CTA of the cluster calls a collective with the same arguments (all threads of the
+// CTA take part). Buffers live at the same offset in every CTA's shared memory, so a peer's
+// copy is reached with map_shared_rank; the global-memory variant gives each CTA its own
+// region and reaches a peer's by its rank (PeerBuffers below).
+//
+//   all_reduce(buf[count])   buf = op over ranks 0..N-1 of every CTA's buf, on every CTA.
+//                            Reduce-scatter then all-gather: CTA r reduces slice r of the
+//                            buffer (reading it from every peer in rank order 0, 1, ..., N-1,
+//                            accumulating in f32), then every CTA copies the reduced slices.
+//                            Each element is reduced once, by one CTA, in a fixed order: the
+//                            result is bitwise the same on every CTA and from run to run, for
+//                            any cluster size (1 to 16, powers of two or not).
+//   all_gather(buf[N][count]) CTA r's slot buf[r] is copied into every peer's buf[r].
+//   reduce_scalar(v)         one f32 per CTA (after a block reduction) combined in rank order
+//                            and returned on every thread of every CTA: softmax maxima and sums,
+//                            RMS sums of squares.
+//
+// Synchronization: each collective starts with a cluster barrier (every CTA's input is in
+// place) and ends with one (no CTA reuses or leaves its buffer while a peer still reads it),
+// so calls can follow each other on the same buffer. DSMEM traffic of all_reduce: every CTA
+// reads (N-1)/N of the buffer twice; all_gather: (N-1) slots.
+#pragma once
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace tessera::cluster {
+
+namespace cg = cooperative_groups;
+
+struct SumOp {
+  static constexpr float kIdentity = 0.0f;
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  static constexpr float kIdentity = -__builtin_huge_valf();
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Storage types: f32, bf16, f16; arithmetic is always f32.
+__device__ inline float to_f32(float v) { return v; }
+__device__ inline float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float to_f32(__half v) { return __half2float(v); }
+template <typename T>
+__device__ inline T from_f32(float v);
+template <>
+__device__ inline float from_f32<float>(float v) { return v; }
+template <>
+__device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+// Where rank p's copy of a buffer is: in its shared memory (DSMEM), or at p * stride from a
+// global base (the off-chip variant, for the paper's on-chip vs off-chip comparison).
+struct DsmemPeers {
+  template <typename T>
+  __device__ T* operator()(T* mine, unsigned rank) const {
+    return cg::this_cluster().map_shared_rank(mine, rank);
+  }
+  __device__ void fence() const {}
+};
+struct GlobalPeers {
+  char* base = nullptr;         // rank 0's region of this cluster
+  int64_t stride_bytes = 0;     // distance between two ranks' regions
+  char* mine_base = nullptr;    // this rank's region (the `mine` pointers point into it)
+  template <typename T>
+  __device__ T* operator()(T* mine, unsigned rank) const {
+    const int64_t offset = reinterpret_cast<char*>(mine) - mine_base;
+    return reinterpret_cast<T*>(base + rank * stride_bytes + offset);
+  }
+  // Global writes must reach L2 before a peer reads them after the barrier.
+  __device__ void fence() const { __threadfence(); }
+};
+
+__device__ inline void cluster_sync() { cg::this_cluster().sync(); }
+__device__ inline unsigned cluster_rank() { return cg::this_cluster().block_rank(); }
+__device__ inline unsigned cluster_size() { return cg::this_cluster().num_blocks(); }
+
+// Elements per 16-byte vector.
+template <typename T>
+inline constexpr int kVec = 16 / sizeof(T);
+
+template <typename T>
+struct alignas(16) Vec {
+  T v[kVec<T>];
+};
+
+// Slice of `count` elements owned by `rank` (whole vectors, so slices stay 16-byte aligned).
+__device__ inline void owned_slice(int count, int vec, unsigned rank, unsigned n, int& begin,
+                                   int& end) {
+  const int vectors = (count + vec - 1) / vec;
+  const int per = (vectors + n - 1) / n;
+  begin = min(count, static_cast<int>(rank) * per * vec);
+  end = min(count, begin + per * vec);
+}
+
+// Copies [begin, end) of a buffer from `src` into `dst` (16-byte vectors, scalar tail).
+template <typename T>
+__device__ void copy_range(T* dst, const T* src, int begin, int end) {
+  constexpr int V = kVec<T>;
+  const int full_end = begin + (end - begin) / V * V;
+  for (int i = begin + threadIdx.x * V; i < full_end; i += blockDim.x * V)
+    *reinterpret_cast<Vec<T>*>(dst + i) = *reinterpret_cast<const Vec<T>*>(src + i);
+  for (int i = full_end + threadIdx.x; i < end; i += blockDim.x) dst[i] = src[i];
+}
+
+// buf[count] (16-byte aligned) = op over the cluster's ranks, on every rank. See the header.
+template <typename T, typename Op, typename Peers = DsmemPeers>
+__device__ void all_reduce(T* buf, int count, Op op, Peers peers = {}) {
+  constexpr int V = kVec<T>;
+  const unsigned rank = cluster_rank(), n = cluster_size();
+  peers.fence();
+  cluster_sync();
+  int begin, end;
+  owned_slice(count, V, rank, n, begin, end);
+  const int full_end = begin + (end - begin) / V * V;
+  for (int i = begin + threadIdx.x * V; i < full_end; i += blockDim.x * V) {
+    float acc[V];
+    const Vec<T> first = *reinterpret_cast<const Vec<T>*>(peers(buf, 0) + i);
+#pragma unroll
+    for (int e = 0; e < V; ++e) acc[e] = to_f32(first.v[e]);
+    for (unsigned p = 1; p < n; ++p) {
+      const Vec<T> x = *reinterpret_cast<const Vec<T>*>(peers(buf, p) + i);
+#pragma unroll
+      for (int e = 0; e < V; ++e) acc[e] = op(acc[e], to_f32(x.v[e]));
+    }
+    Vec<T> out;
+#pragma unroll
+    for (int e = 0; e < V; ++e) out.v[e] = from_f32<T>(acc[e]);
+    *reinterpret_cast<Vec<T>*>(buf + i) = out;
+  }
+  for (int i = full_end + threadIdx.x; i < end; i += blockDim.x) {
+    float acc = to_f32(peers(buf, 0)[i]);
+    for (unsigned p = 1; p < n; ++p) acc = op(acc, to_f32(peers(buf, p)[i]));
+    buf[i] = from_f32<T>(acc);
+  }
+  peers.fence();
+  cluster_sync();
+  for (unsigned p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    int pb, pe;
+    owned_slice(count, V, p, n, pb, pe);
+    copy_range(buf, static_cast<const T*>(peers(buf, p)), pb, pe);
+  }
+  cluster_sync();
+}
+
+// buf[N][count] (16-byte aligned, count * sizeof(T) a multiple of 16 for vector copies, else
+// scalar): rank r's slot buf + r * count goes to every peer.
+template <typename T, typename Peers = DsmemPeers>
+__device__ void all_gather(T* buf, int count, Peers peers = {}) {
+  const unsigned rank = cluster_rank(), n = cluster_size();
+  peers.fence();
+  cluster_sync();
+  for (unsigned p = 0; p < n; ++p) {
+    if (p == rank) continue;
+    const T* src = peers(buf, p) + p * count;
+    T* dst = buf + p * count;
+    if ((count * sizeof(T)) % 16 == 0) {
+      copy_range(dst, src, 0, count);
+    } else {
+      for (int i = threadIdx.x; i < count; i += blockDim.x) dst[i] = src[i];
+    }
+  }
+  cluster_sync();
+}
+
+// Sum or max of `v` over the threads of this block, in a fixed order; the result is returned
+// on every thread. `scratch` holds 32 floats of shared memory.
+template <typename Op>
+__device__ float block_reduce(float v, Op op, float* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = (blockDim.x + 31) / 32;
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float acc = scratch[0];
+  for (int w = 1; w < warps; ++w) acc = op(acc, scratch[w]);
+  return acc;
+}
+
+// One value per CTA (already the same on every thread of it), combined in rank order and
+// returned on every thread of the cluster. `slots` holds 16 floats of shared memory.
+template <typename Op, typename Peers = DsmemPeers>
+__device__ float reduce_scalar(float v, Op op, float* slots, Peers peers = {}) {
+  const unsigned rank = cluster_rank(), n = cluster_size();
+  cluster_sync();  // every peer's slots are free
+  if (threadIdx.x < n) peers(slots, threadIdx.x)[rank] = v;
+  peers.fence();
+  cluster_sync();
+  float acc = slots[0];
+  for (unsigned p = 1; p < n; ++p) acc = op(acc, slots[p]);
+  return acc;
+}
+
+}  // namespace tessera::cluster

@@ -1,0 +1,617 @@
+// Fused decode attention block (ClusterFusion's SplitToken dataflow) for Hopper: one
+// thread-block cluster of N CTAs per KV head; RMSNorm, QKV projection, RoPE, KV-cache append,
+// attention and output projection in one kernel; the sum over KV heads in a second one.
+// attention_block.h states the math, src/decode/split_geometry.h the split.
+//
+// One CTA (8 warps) streams a "tape" of 16 KB tiles through a cp.async ring of kStages
+// stages, so memory stays busy across phase changes (the next phase's first tiles are in
+// flight while the cluster reduces):
+//   QKV tiles   (G+2 row blocks of 128 rows) x (hidden/N / 64 columns): weights [128, 64] of
+//               the cluster's q heads, k head, v head, plus x [batch tile, 64]
+//   KV tiles    32 cached tokens of one sequence: K [32, D] and V [32, D]
+//   Wo tiles    (hidden/N / 128 row blocks) x (G*D / 64 columns) of Wo [128, 64]
+// Projections are m16n8k16 tensor-core MMAs: weights are the A operand (16 rows a warp), the
+// batch is N (8 or 16 columns), so the weights are read once for the whole batch tile.
+// Attention runs on CUDA cores: a half-warp per token, 8 dims a lane, online softmax in the
+// log2 domain; warps merge at each sequence's end, the cluster merges with ClusterReduce.
+//
+// Shared memory: the stage ring, then the QKV partials (later the attention partials), q,
+// the new K/V, per-warp attention partials, and the attention output (bf16) for Wo.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <type_traits>
+
+#include "cluster/cluster_collectives.cuh"
+#include "decode/decode_launch.h"
+#include "decode/split_geometry.h"
+
+namespace tessera::decode::kernels::sm90 {
+
+namespace cl = tessera::cluster;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTileRows = 128;    // weight rows per tile (one head's projection)
+constexpr int kTileCols = 64;     // weight columns per tile (128 bytes a row)
+constexpr int kTokensPerTile = 32;
+constexpr int kTileBytes = kTileRows * kTileCols * 2;  // = 2 * kTokensPerTile * kHeadDim * 2
+static_assert(kTileBytes == 2 * kTokensPerTile * kHeadDim * 2);
+
+template <typename T, int kGroup, int kNTiles>
+struct DecodeTraits {
+  static constexpr int kBatchPad = 8 * kNTiles;  // the batch tile, as MMA columns
+  static constexpr int kRowBlocks = kGroup + 2;  // q heads, k, v
+  static constexpr int kStages = kGroup * kNTiles >= 8 ? 4 : (kGroup * kNTiles >= 4 ? 5 : 6);
+  static constexpr int kXChunkBytes = kBatchPad * kTileCols * 2;
+  static constexpr int kStageBytes = kTileBytes + kXChunkBytes;
+  static constexpr int kQkvFloats = kRowBlocks * kBatchPad * kHeadDim + kBatchPad;  // + sum sq
+  static constexpr int kAttnFloats = kBatchPad * kGroup * (kHeadDim + 1);         // o, l
+  static constexpr int kPartFloats = kQkvFloats > kAttnFloats ? kQkvFloats : kAttnFloats;
+  static constexpr int kOStride = kGroup * kHeadDim + 8;  // bf16 row of o, padded (banks)
+  // Byte offsets.
+  static constexpr int kRingOff = 0;
+  static constexpr int kPartOff = kRingOff + kStages * kStageBytes;
+  static constexpr int kQOff = kPartOff + (kPartFloats * 4 + 15) / 16 * 16;
+  static constexpr int kQBytes = kBatchPad * kGroup * kHeadDim * 4;
+  static constexpr int kOBytes = kBatchPad * kOStride * 2;  // aliases q (dead by then)
+  static constexpr int kKvNewOff = kQOff + (kQBytes > kOBytes ? kQBytes : kOBytes);
+  static constexpr int kWarpPartOff = kKvNewOff + kBatchPad * 2 * kHeadDim * 2;
+  static constexpr int kWarpPartFloats = kWarps * kGroup * (kHeadDim + 2);
+  static constexpr int kMOff = kWarpPartOff + kWarpPartFloats * 4;            // m [B][G]
+  static constexpr int kMOwnOff = kMOff + kBatchPad * kGroup * 4;           // this CTA's m
+  static constexpr int kSNewOff = kMOwnOff + kBatchPad * kGroup * 4;         // new-token scores
+  static constexpr int kTileStartOff = kSNewOff + kBatchPad * kGroup * 4;    // int [B+1]
+  static constexpr int kScratchOff = kTileStartOff + (kBatchPad + 1) * 4 + 12;
+  static constexpr int kSmemBytes = kScratchOff + 64 * 4;
+  static_assert(kSmemBytes <= 227 * 1024, "fused decode: shared memory over the sm90 limit");
+};
+
+// ---- small device helpers ----------------------------------------------------------------
+
+__device__ inline uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte async copy; src_bytes 0 fills the destination with zeros.
+__device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(src_bytes));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ inline void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_addr(p)));
+}
+template <typename T>
+__device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+// A [rows][64] tile of 2-byte elements, 128-byte rows, 16-byte chunks XOR-swizzled by row so
+// that ldmatrix's 8 rows hit 8 different bank groups.
+__device__ inline int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+
+// exp2(m - m_max), the factor that rescales a softmax partial with maximum m to m_max; a
+// partial that saw no key (m = -inf) contributes nothing, also when m_max is -inf too.
+__device__ inline float rescale(float m, float m_max) {
+  return m == -__builtin_huge_valf() ? 0.f : exp2f(m - m_max);
+}
+
+template <typename T>
+struct Vec8 {
+  uint4 raw;
+  __device__ void to_float(float (&f)[8]) const {
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) f[i] = cl::to_f32(e[i]);
+  }
+};
+
+// ---- the kernel ----------------------------------------------------------------------------
+
+template <typename T, int kGroup, int kNTiles>
+struct FusedDecode {
+  using Tr = DecodeTraits<T, kGroup, kNTiles>;
+  static constexpr int kB = Tr::kBatchPad;
+  static constexpr int D = kHeadDim;
+
+  const FusedDecodeParams& p;
+  unsigned char* smem;
+  int rank, n, kv_head, b0, nb;  // b0: first sequence of this batch tile, nb: its size
+  int k_begin, nk;               // hidden slice of the QKV projection; its 64-column tiles
+  int o_row_begin, o_row_blocks, o_col_tiles;
+  int t_qkv, t_attn, t_o;
+
+  __device__ float* part() const { return reinterpret_cast<float*>(smem + Tr::kPartOff); }
+  __device__ float* q_s() const { return reinterpret_cast<float*>(smem + Tr::kQOff); }  // [B][G][D], log2-scaled
+  __device__ T* o_s() const { return reinterpret_cast<T*>(smem + Tr::kQOff); }          // [B][kOStride]
+  __device__ T* kv_new() const { return reinterpret_cast<T*>(smem + Tr::kKvNewOff); }   // [B][2][D]
+  __device__ float* warp_part() const { return reinterpret_cast<float*>(smem + Tr::kWarpPartOff); }
+  __device__ float* m_s() const { return reinterpret_cast<float*>(smem + Tr::kMOff); }
+  __device__ float* m_own() const { return reinterpret_cast<float*>(smem + Tr::kMOwnOff); }
+  __device__ float* s_new() const { return reinterpret_cast<float*>(smem + Tr::kSNewOff); }
+  __device__ int* tile_start() const { return reinterpret_cast<int*>(smem + Tr::kTileStartOff); }
+  __device__ float* scratch() const { return reinterpret_cast<float*>(smem + Tr::kScratchOff); }
+  __device__ unsigned char* stage(int t) const { return smem + Tr::kRingOff + (t % Tr::kStages) * Tr::kStageBytes; }
+
+  __device__ int position(int b) const { return p.positions[b0 + b]; }
+
+  // Address of cached token t of sequence b (this KV head), K or V.
+  __device__ const T* cache_row(const void* cache, int b, int64_t t) const {
+    int64_t row;
+    if (p.page_table != nullptr) {
+      const int32_t page = p.page_table[(b0 + b) * p.pages_per_seq + t / p.page_size];
+      if (page < 0 || page >= p.num_pages) {
+        printf("tessera fused decode: page_table[%d][%lld] = %d is outside [0, %lld) (block %d)\n",
+               b0 + b, static_cast<long long>(t / p.page_size), page,
+               static_cast<long long>(p.num_pages), static_cast<int>(blockIdx.x));
+        __trap();
+      }
+      row = int64_t{page} * p.page_size + t % p.page_size;
+    } else {
+      row = int64_t{b0 + b} * p.max_context + t;
+    }
+    return static_cast<const T*>(cache) + (row * p.num_kv_heads + kv_head) * D;
+  }
+
+  // ---- producer: issue tile t of the tape into its stage ----------------------------------
+  __device__ void issue(int t) const {
+    unsigned char* st = stage(t);
+    const int tid = threadIdx.x;
+    if (t < t_qkv) {
+      const int rb = t / nk, kc = t % nk;
+      const T* w;
+      if (rb < kGroup) w = static_cast<const T*>(p.wq) + int64_t(kv_head * kGroup + rb) * D * p.hidden;
+      else if (rb == kGroup) w = static_cast<const T*>(p.wk) + int64_t(kv_head) * D * p.hidden;
+      else w = static_cast<const T*>(p.wv) + int64_t(kv_head) * D * p.hidden;
+      const int col0 = k_begin + kc * kTileCols;
+#pragma unroll
+      for (int i = 0; i < kTileRows * 8 / kThreads; ++i) {
+        const int id = tid + i * kThreads, row = id / 8, chunk = id % 8;
+        cp_async16(st + swizzled(row, chunk), w + int64_t(row) * p.hidden + col0 + chunk * 8, 16);
+      }
+      unsigned char* xs = st + kTileBytes;
+      if (tid < kB * 8) {
+        const int b = tid / 8, chunk = tid % 8;
+        const bool valid = b < nb;
+        const T* src = static_cast<const T*>(p.x) + int64_t(b0 + (valid ? b : 0)) * p.hidden + col0 + chunk * 8;
+        cp_async16(xs + swizzled(b, chunk), src, valid ? 16 : 0);
+      }
+    } else if (t < t_qkv + t_attn) {
+      int b, tok0, ntok;
+      attn_tile(t - t_qkv, b, tok0, ntok);
+      // K rows [32][D] then V rows [32][D], 256 bytes a row, 16 chunks.
+#pragma unroll
+      for (int i = 0; i < 2 * kTokensPerTile * 16 / kThreads; ++i) {
+        const int id = tid + i * kThreads, kv = id / (kTokensPerTile * 16);
+        const int row = (id / 16) % kTokensPerTile, chunk = id % 16;
+        const bool valid = row < ntok;
+        const T* src = valid ? cache_row(kv ? p.v_cache : p.k_cache, b, tok0 + row) + chunk * 8
+                             : static_cast<const T*>(p.k_cache);
+        cp_async16(st + kv * (kTileBytes / 2) + row * 256 + chunk * 16, src, valid ? 16 : 0);
+      }
+    } else {
+      const int to = t - t_qkv - t_attn, rb = to / o_col_tiles, kc = to % o_col_tiles;
+      const int64_t ld = int64_t(p.num_heads) * D;
+      const T* w = static_cast<const T*>(p.wo) + int64_t(o_row_begin + rb * kTileRows) * ld +
+                   int64_t(kv_head) * kGroup * D + kc * kTileCols;
+#pragma unroll
+      for (int i = 0; i < kTileRows * 8 / kThreads; ++i) {
+        const int id = tid + i * kThreads, row = id / 8, chunk = id % 8;
+        cp_async16(st + swizzled(row, chunk), w + row * ld + chunk * 8, 16);
+      }
+    }
+  }
+
+  // Attention tile a (0-based within the phase): sequence b, first token, token count.
+  __device__ void attn_tile(int a, int& b, int& tok0, int& ntok) const {
+    b = 0;
+    while (tile_start()[b + 1] <= a) ++b;
+    const Range slice = seq_slice(position(b), n, rank);
+    tok0 = int(slice.begin) + (a - tile_start()[b]) * kTokensPerTile;
+    ntok = min(kTokensPerTile, int(slice.end) - tok0);
+  }
+
+  // ---- projections: one [128, 64] weight tile times the batch tile --------------------------
+  // acc[j] covers rows warp*16 .. +16 and batch columns j*8 .. +8.
+  __device__ void mma_tile(float (&acc)[kNTiles][4], const unsigned char* w_tile,
+                           const unsigned char* b_rows, int b_stride_bytes, bool b_swizzled,
+                           int b_col_bytes) const {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int s = 0; s < kTileCols / 16; ++s) {
+      uint32_t a[4];
+      {
+        const int m = lane / 8, row = warp * 16 + (m & 1) * 8 + lane % 8, chunk = s * 2 + (m >> 1);
+        ldmatrix_x4(a, w_tile + swizzled(row, chunk));
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        uint32_t bfrag[2];
+        const int m = (lane / 8) & 1, nrow = j * 8 + lane % 8, chunk = s * 2 + m;
+        const unsigned char* addr = b_swizzled ? b_rows + swizzled(nrow, chunk)
+                                               : b_rows + nrow * b_stride_bytes + b_col_bytes + chunk * 16;
+        ldmatrix_x2(bfrag, addr);
+        mma16816<T>(acc[j], a, bfrag[0], bfrag[1]);
+      }
+    }
+  }
+
+  // acc (rows warp*16.., batch columns) -> dst[b * ld + row] for b < nb (f32).
+  __device__ void store_acc(const float (&acc)[kNTiles][4], float* dst, int64_t ld, int limit_b) const {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int row = warp * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int b = j * 8 + (lane % 4) * 2 + (e & 1);
+        const int r = row + (e >> 1) * 8;
+        if (b < limit_b) dst[b * ld + r] = acc[j][e];
+      }
+    }
+  }
+
+  // Fused RMSNorm: scale the x chunk by the norm weight (rounded to T, as the model would) and
+  // add its squares (first row block only: every block sees the same columns).
+  __device__ void prepare_x_chunk(unsigned char* xs, int kc, bool first_block, float* sumsq) const {
+    if (p.input_norm == nullptr) return;
+    const int tid = threadIdx.x;
+    if (tid < kB * 8) {
+      const int b = tid / 8, chunk = tid % 8;
+      uint4* cell = reinterpret_cast<uint4*>(xs + swizzled(b, chunk));
+      Vec8<T> x{*cell}, g{*reinterpret_cast<const uint4*>(static_cast<const T*>(p.input_norm) + k_begin + kc * kTileCols + chunk * 8)};
+      float xf[8], gf[8];
+      x.to_float(xf);
+      g.to_float(gf);
+      T* out = reinterpret_cast<T*>(cell);
+      float sq = 0;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        sq += xf[i] * xf[i];
+        out[i] = cl::from_f32<T>(xf[i] * gf[i]);
+      }
+      // 8 lanes share a row b: add their squares in a fixed order.
+      sq += __shfl_xor_sync(0xffffffffu, sq, 1);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 2);
+      sq += __shfl_xor_sync(0xffffffffu, sq, 4);
+      if (first_block && chunk == 0) sumsq[b] += sq;
+    }  // kB * 8 is a multiple of 32: whole warps take part in the shuffles or none
+  }
+
+  // ---- after the QKV tiles: cluster sum, norm, RoPE, cache append, new-token scores --------
+  __device__ void finish_qkv() const {
+    float* qkv = part();  // [G+2][B][D] then sumsq [B]
+    cl::all_reduce(qkv, Tr::kQkvFloats, cl::SumOp{});
+    const float log2e = 1.4426950408889634f;
+    for (int i = threadIdx.x; i < kB * (kGroup + 1) * (D / 2); i += kThreads) {
+      const int b = i / ((kGroup + 1) * (D / 2)), h = (i / (D / 2)) % (kGroup + 1), d = i % (D / 2);
+      if (b >= nb) continue;
+      const float rstd = p.input_norm ? rsqrtf(qkv[(kGroup + 2) * kB * D + b] / p.hidden + p.rms_eps) : 1.f;
+      const float* src = qkv + (h * kB + b) * D;
+      const float x0 = src[d] * rstd, x1 = src[d + D / 2] * rstd;
+      float sn, cs;
+      sincosf(float(position(b)) * p.inv_freq[d], &sn, &cs);
+      const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+      if (h < kGroup) {
+        const float scale = p.softmax_scale * log2e;
+        q_s()[(b * kGroup + h) * D + d] = y0 * scale;
+        q_s()[(b * kGroup + h) * D + d + D / 2] = y1 * scale;
+      } else {
+        kv_new()[b * 2 * D + d] = cl::from_f32<T>(y0);
+        kv_new()[b * 2 * D + d + D / 2] = cl::from_f32<T>(y1);
+        const float* vsrc = qkv + ((kGroup + 1) * kB + b) * D;
+        kv_new()[b * 2 * D + D + d] = cl::from_f32<T>(vsrc[d] * rstd);
+        kv_new()[b * 2 * D + D + d + D / 2] = cl::from_f32<T>(vsrc[d + D / 2] * rstd);
+      }
+    }
+    __syncthreads();
+    if (rank == 0) {  // append the new K and V to the cache
+      for (int i = threadIdx.x; i < nb * 2 * 16; i += kThreads) {
+        const int b = i / 32, kv = (i / 16) % 2, chunk = i % 16;
+        T* dst = const_cast<T*>(cache_row(kv ? p.v_cache : p.k_cache, b, position(b))) + chunk * 8;
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(kv_new() + (b * 2 + kv) * D + chunk * 8);
+      }
+    }
+    if (rank == new_token_rank(n)) {  // the new token's scores, one warp per (b, head)
+      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+      for (int bh = warp; bh < nb * kGroup; bh += kWarps) {
+        const int b = bh / kGroup;
+        float s = 0;
+        for (int d = lane; d < D; d += 32) s += q_s()[bh * D + d] * cl::to_f32(kv_new()[b * 2 * D + d]);
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) s_new()[bh] = s;
+      }
+    }
+    // Attention partials (o, l) reuse the QKV partials' space; m starts empty.
+    for (int i = threadIdx.x; i < Tr::kAttnFloats; i += kThreads) part()[i] = 0.f;
+    for (int i = threadIdx.x; i < kB * kGroup; i += kThreads) m_s()[i] = -__builtin_huge_valf();
+    __syncthreads();
+  }
+
+  // ---- attention ---------------------------------------------------------------------------
+  struct AttnState {
+    float m[kGroup], l[kGroup], o[kGroup][8], q[kGroup][8];
+  };
+
+  __device__ void load_q(AttnState& st, int b) const {
+    const int l16 = threadIdx.x % 16;
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {
+      st.m[g] = -__builtin_huge_valf();
+      st.l[g] = 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        st.o[g][e] = 0.f;
+        st.q[g][e] = q_s()[(b * kGroup + g) * D + l16 * 8 + e];
+      }
+    }
+  }
+
+  __device__ void attn_consume(AttnState& st, const unsigned char* tile, int ntok) const {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, half = lane / 16, l16 = lane % 16;
+#pragma unroll
+    for (int i = 0; i < kTokensPerTile / (2 * kWarps); ++i) {
+      const int row = warp * (kTokensPerTile / kWarps) + i * 2 + half;
+      float k[8], v[8];
+      Vec8<T>{*reinterpret_cast<const uint4*>(tile + row * 256 + l16 * 16)}.to_float(k);
+      Vec8<T>{*reinterpret_cast<const uint4*>(tile + kTileBytes / 2 + row * 256 + l16 * 16)}.to_float(v);
+#pragma unroll
+      for (int g = 0; g < kGroup; ++g) {
+        float s = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) s += st.q[g][e] * k[e];
+#pragma unroll
+        for (int o = 8; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (row >= ntok) continue;
+        const float m_new = fmaxf(st.m[g], s);
+        const float corr = rescale(st.m[g], m_new), pr = exp2f(s - m_new);
+        st.l[g] = st.l[g] * corr + pr;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) st.o[g][e] = st.o[g][e] * corr + pr * v[e];
+        st.m[g] = m_new;
+      }
+    }
+  }
+
+  // The register states of every half-warp for sequence b -> this CTA's partial (m, l, o) for
+  // b, merged in warp order; the new token folded in on its rank.
+  __device__ void flush(AttnState& st, int b) const {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, l16 = lane % 16;
+#pragma unroll
+    for (int g = 0; g < kGroup; ++g) {  // the two half-warps: same dims, other tokens
+      const float m_o = __shfl_xor_sync(0xffffffffu, st.m[g], 16);
+      const float l_o = __shfl_xor_sync(0xffffffffu, st.l[g], 16);
+      const float m_new = fmaxf(st.m[g], m_o);
+      const float f_self = rescale(st.m[g], m_new), f_other = rescale(m_o, m_new);
+      // Lower half first, so both halves compute the same sum.
+      const float f_lo = lane < 16 ? f_self : f_other, f_hi = lane < 16 ? f_other : f_self;
+      const float l_lo = lane < 16 ? st.l[g] : l_o, l_hi = lane < 16 ? l_o : st.l[g];
+      st.l[g] = l_lo * f_lo + l_hi * f_hi;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float o_o = __shfl_xor_sync(0xffffffffu, st.o[g][e], 16);
+        const float o_lo = lane < 16 ? st.o[g][e] : o_o, o_hi = lane < 16 ? o_o : st.o[g][e];
+        st.o[g][e] = o_lo * f_lo + o_hi * f_hi;
+      }
+      st.m[g] = m_new;
+      float* wp = warp_part() + (warp * kGroup + g) * (D + 2);
+      if (lane < 16) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) wp[l16 * 8 + e] = st.o[g][e];
+      }
+      if (lane == 0) {
+        wp[D] = st.m[g];
+        wp[D + 1] = st.l[g];
+      }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kGroup * D; i += kThreads) {
+      const int g = i / D, d = i % D;
+      float m = -__builtin_huge_valf();
+      for (int w = 0; w < kWarps; ++w) m = fmaxf(m, warp_part()[(w * kGroup + g) * (D + 2) + D]);
+      float l = 0, o = 0;
+      for (int w = 0; w < kWarps; ++w) {
+        const float* wp = warp_part() + (w * kGroup + g) * (D + 2);
+        const float f = rescale(wp[D], m);
+        l += wp[D + 1] * f;
+        o += wp[d] * f;
+      }
+      if (rank == new_token_rank(n)) {
+        const float s = s_new()[b * kGroup + g];
+        const float m_new = fmaxf(m, s);
+        const float f = rescale(m, m_new), pr = exp2f(s - m_new);
+        l = l * f + pr;
+        o = o * f + pr * cl::to_f32(kv_new()[b * 2 * D + D + d]);
+        m = m_new;
+      }
+      part()[(b * kGroup + g) * D + d] = o;
+      if (d == 0) {
+        part()[kB * kGroup * D + b * kGroup + g] = l;
+        m_s()[b * kGroup + g] = m;
+      }
+    }
+    __syncthreads();
+  }
+
+  // The cluster's softmax merge: max of m, rescale this CTA's (o, l), sum them; o / l -> o_s.
+  __device__ void finish_attention() const {
+    for (int i = threadIdx.x; i < kB * kGroup; i += kThreads) m_own()[i] = m_s()[i];
+    cl::all_reduce(m_s(), kB * kGroup, cl::MaxOp{});
+    float* o = part();                  // [B][G][D]
+    float* l = part() + kB * kGroup * D;  // [B][G]
+    for (int i = threadIdx.x; i < kB * kGroup * (D + 1); i += kThreads) {
+      const int bg = i < kB * kGroup * D ? i / D : i - kB * kGroup * D;
+      const float f = rescale(m_own()[bg], m_s()[bg]);
+      if (i < kB * kGroup * D) o[i] *= f;
+      else l[bg] *= f;
+    }
+    cl::all_reduce(part(), Tr::kAttnFloats, cl::SumOp{});
+    // o_s aliases q_s, which the attention no longer reads.
+    for (int i = threadIdx.x; i < kB * kGroup * D; i += kThreads) {
+      const int bg = i / D, b = bg / kGroup, col = (bg % kGroup) * D + i % D;
+      const float denom = l[bg];
+      o_s()[b * Tr::kOStride + col] = cl::from_f32<T>(denom > 0.f ? o[i] / denom : 0.f);
+    }
+    __syncthreads();
+  }
+
+  // ---- the tape ----------------------------------------------------------------------------
+  __device__ void setup() {
+    const cl::cg::cluster_group cluster = cl::cg::this_cluster();
+    rank = int(cluster.block_rank());
+    n = int(cluster.num_blocks());
+    kv_head = blockIdx.x / n;
+    b0 = blockIdx.y * kB;
+    nb = min(kB, p.batch - b0);
+    const Range ks = hidden_slice(p.hidden, n, rank);
+    k_begin = int(ks.begin);
+    nk = int(ks.size()) / kTileCols;
+    o_row_begin = k_begin;
+    o_row_blocks = int(ks.size()) / kTileRows;
+    o_col_tiles = kGroup * D / kTileCols;
+    if (threadIdx.x == 0) {
+      int acc = 0;
+      for (int b = 0; b < kB; ++b) {
+        tile_start()[b] = acc;
+        if (b < nb) {
+          const int pos = position(b);
+          if (pos < 0 || pos + 1 > p.max_context) {
+            printf("tessera fused decode: positions[%d] = %d: expected 0 <= p < max_context = %lld\n",
+                   b0 + b, pos, static_cast<long long>(p.max_context));
+            __trap();
+          }
+          acc += int((seq_slice(pos, n, rank).size() + kTokensPerTile - 1) / kTokensPerTile);
+        }
+      }
+      tile_start()[kB] = acc;
+    }
+    __syncthreads();
+    t_qkv = (kGroup + 2) * nk;
+    t_attn = tile_start()[kB];
+    t_o = o_row_blocks * o_col_tiles;
+  }
+
+  __device__ void run() {
+    setup();
+    const int total = t_qkv + t_attn + t_o;
+    for (int s = 0; s < Tr::kStages - 1; ++s) {
+      if (s < total) issue(s);
+      cp_async_commit();
+    }
+    float acc[kNTiles][4] = {};
+    float* sumsq = part() + (kGroup + 2) * kB * D;
+    for (int i = threadIdx.x; i < kB; i += kThreads) sumsq[i] = 0.f;
+    AttnState st;
+    int cur_b = -1;  // the sequence whose attention state the registers hold
+    for (int t = 0; t < total; ++t) {
+      cp_async_wait<Tr::kStages - 2>();
+      __syncthreads();
+      if (t + Tr::kStages - 1 < total) issue(t + Tr::kStages - 1);
+      cp_async_commit();
+      unsigned char* tile = stage(t);
+      if (t < t_qkv) {
+        const int rb = t / nk, kc = t % nk;
+        prepare_x_chunk(tile + kTileBytes, kc, rb == 0, sumsq);
+        if (p.input_norm != nullptr) __syncthreads();
+        mma_tile(acc, tile, tile + kTileBytes, 0, true, 0);
+        if (kc == nk - 1) {
+          store_acc(acc, part() + rb * kB * D, D, kB);  // [rb][b][row]
+          for (int j = 0; j < kNTiles; ++j)
+            for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+        }
+        if (t == t_qkv - 1) {
+          __syncthreads();
+          finish_qkv();
+        }
+      } else if (t < t_qkv + t_attn) {
+        int b, tok0, ntok;
+        attn_tile(t - t_qkv, b, tok0, ntok);
+        while (cur_b < b) {  // sequences before b are done (some had no tiles here)
+          if (cur_b >= 0) flush(st, cur_b);
+          load_q(st, ++cur_b);
+        }
+        attn_consume(st, tile, ntok);
+      } else {
+        if (t == t_qkv + t_attn) {
+          while (cur_b < nb - 1) {
+            if (cur_b >= 0) flush(st, cur_b);
+            load_q(st, ++cur_b);
+          }
+          if (cur_b >= 0) flush(st, cur_b);
+          finish_attention();
+        }
+        const int to = t - t_qkv - t_attn, rb = to / o_col_tiles, kc = to % o_col_tiles;
+        mma_tile(acc, tile, reinterpret_cast<const unsigned char*>(o_s()), Tr::kOStride * 2, false,
+                 kc * kTileCols * 2);
+        if (kc == o_col_tiles - 1) {
+          float* dst = p.partial + (int64_t(kv_head) * p.batch + b0) * p.hidden + o_row_begin + rb * kTileRows;
+          store_acc(acc, dst, p.hidden, nb);
+          for (int j = 0; j < kNTiles; ++j)
+            for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+        }
+      }
+    }
+    cp_async_wait<0>();
+  }
+};
+
+template <typename T, int kGroup, int kNTiles>
+__global__ void __launch_bounds__(kThreads, 1) fused_decode_kernel(const __grid_constant__ FusedDecodeParams params) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  // The head-sum kernel may start launching now; it waits for this grid's completion itself.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  FusedDecode<T, kGroup, kNTiles> k{params, smem};
+  k.run();
+}
+
+// out[b][i] = sum over KV heads c = 0, 1, ... of partial[c][b][i], in that order.
+template <typename T>
+__global__ void __launch_bounds__(256) sum_heads_kernel(const float* __restrict__ partial,
+                                                         T* __restrict__ out, int num_kv_heads,
+                                                         int64_t elems) {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4; i < elems;
+       i += int64_t(gridDim.x) * blockDim.x * 4) {
+    float4 acc = *reinterpret_cast<const float4*>(partial + i);
+    for (int c = 1; c < num_kv_heads; ++c) {
+      const float4 v = *reinterpret_cast<const float4*>(partial + c * elems + i);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    out[i] = cl::from_f32<T>(acc.x);
+    out[i + 1] = cl::from_f32<T>(acc.y);
+    out[i + 2] = cl::from_f32<T>(acc.z);
+    out[i + 3] = cl::from_f32<T>(acc.w);
+  }
+}
+
+}  // namespace tessera::decode::kernels::sm90

@@ -1,0 +1,251 @@
+// decode::AttentionBlock: validates the plan and each step, picks the cluster size, and runs
+// the fused dataflow on the cuda backend or its float32 emulation on the cpu backend.
+#include "tessera/decode/attention_block.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "decode/decode_backend.h"
+#include "decode/reference.h"
+#include "decode/split_emulation.h"
+#include "tessera/core/error.h"
+#include "tessera/decode/tune_table.h"
+
+#ifdef TESSERA_WITH_CUDA
+#include "decode/decode_launch.h"
+#endif
+
+namespace tessera::decode {
+namespace {
+
+constexpr int kFusedHeadDim = 128;    // kernels::kHeadDim
+constexpr int kFusedHiddenAlign = 128;  // kernels::kHiddenAlign
+constexpr int kMaxClusterSize = 16;
+
+bool divides_hidden(int64_t hidden, int n, bool cuda) {
+  return hidden % n == 0 && (!cuda || (hidden / n) % kFusedHiddenAlign == 0);
+}
+
+// Without a tuned table: the largest power-of-two cluster whose CTAs all run in one wave
+// (KV heads x N <= SMs, and every cluster resident at once on this device).
+int default_cluster_size(const AttentionBlockOptions& o) {
+  const bool cuda = o.device.is_cuda();
+  int sms = 132;
+#ifdef TESSERA_WITH_CUDA
+  if (cuda) sms = detail::cuda_multiprocessor_count();
+#endif
+  int best = 1;
+  for (int n = 1; n <= kMaxClusterSize; n *= 2) {
+    if (!divides_hidden(o.model.hidden, n, cuda) || o.model.num_kv_heads * n > sms) continue;
+#ifdef TESSERA_WITH_CUDA
+    if (cuda && detail::cuda_max_active_clusters(o, n) < o.model.num_kv_heads) continue;
+#endif
+    best = n;
+  }
+  return best;
+}
+
+void check_matrix(const TensorView& t, const char* what, int64_t rows, int64_t cols, DType dtype,
+                  Device device) {
+  TESSERA_CHECK_ARG(!t.empty(), what, ": expected a tensor, got an empty view");
+  TESSERA_CHECK_ARG(t.ndim() == 2 && t.size(0) == rows && t.size(1) == cols, what, " = ",
+                    t.to_string(), ": expected shape [", rows, ", ", cols, "]");
+  check_dtype(t, dtype, what);
+  check_device(t, device, what);
+  check_contiguous(t, what);
+}
+
+void check_cache_tensor(const TensorView& t, const char* what, const AttentionBlockOptions& o,
+                        int64_t batch) {
+  const int64_t hkv = o.model.num_kv_heads, d = o.model.head_dim;
+  TESSERA_CHECK_ARG(!t.empty() && t.ndim() == 4, what, " = ", t.to_string(),
+                    ": expected a 4-d cache tensor");
+  if (o.paged) {
+    TESSERA_CHECK_ARG(t.size(1) == o.page_size && t.size(2) == hkv && t.size(3) == d, what, " = ",
+                      t.to_string(), ": expected [num_pages, ", o.page_size, ", ", hkv, ", ", d,
+                      "]");
+  } else {
+    TESSERA_CHECK_ARG(t.size(0) >= batch && t.size(1) >= o.max_context && t.size(2) == hkv &&
+                          t.size(3) == d,
+                      what, " = ", t.to_string(), ": expected [>= ", batch, ", >= max_context = ",
+                      o.max_context, ", ", hkv, ", ", d, "]");
+  }
+  check_dtype(t, o.dtype, what);
+  check_device(t, o.device, what);
+  check_contiguous(t, what);
+}
+
+#ifdef TESSERA_WITH_CUDA
+// Empty if the fused kernel takes the model's shape, else why not.
+std::string fused_unsupported_reason(const ModelConfig& m) {
+  if (m.head_dim != kFusedHeadDim)
+    return str("model.head_dim = ", m.head_dim, ": the fused decode kernel takes head_dim 128");
+  if (!kernels::fused_decode_group_supported(int(m.group_size())))
+    return str("model: num_heads / num_kv_heads = ", m.group_size(),
+               ": the fused decode kernel takes 1, 2, 4 or 8 query heads per KV head");
+  if (m.hidden % kFusedHiddenAlign != 0)
+    return str("model.hidden = ", m.hidden, ": the fused decode kernel needs a multiple of ",
+               kFusedHiddenAlign);
+  return {};
+}
+#endif
+
+}  // namespace
+
+AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(options) {
+  const ModelConfig& m = options.model;
+  const bool cuda = options.device.is_cuda();
+  TESSERA_CHECK(m.kind == AttentionKind::kGrouped, ErrorCode::kUnsupported, "model = ", m.name,
+                ": multi-head latent attention (MLA) has no decode attention block yet");
+  TESSERA_CHECK_ARG(m.hidden > 0 && m.num_heads > 0 && m.num_kv_heads > 0 && m.head_dim > 0,
+                    "model = ", m.name, ": hidden, num_heads, num_kv_heads and head_dim must be > 0");
+  TESSERA_CHECK_ARG(m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads = ", m.num_kv_heads,
+                    ": expected a divisor of num_heads = ", m.num_heads);
+  TESSERA_CHECK_ARG(m.head_dim % 2 == 0, "model.head_dim = ", m.head_dim,
+                    ": expected an even head dimension (RoPE rotates halves)");
+  TESSERA_CHECK_ARG(options.max_batch >= 1, "max_batch = ", options.max_batch,
+                    ": expected at least 1");
+  TESSERA_CHECK_ARG(options.max_context >= 1 && options.max_context <= (int64_t{1} << 30),
+                    "max_context = ", options.max_context, ": expected 1 to 2^30 tokens");
+  TESSERA_CHECK_ARG(!options.paged || options.page_size >= 1, "page_size = ", options.page_size,
+                    ": expected at least 1");
+  TESSERA_CHECK_ARG(options.dtype == DType::kBF16 || options.dtype == DType::kF16 ||
+                        (!cuda && options.dtype == DType::kF32),
+                    "dtype = ", dtype_name(options.dtype), ": expected bf16 or f16",
+                    cuda ? "" : " (or f32 on the cpu backend)");
+  if (cuda) {
+#ifndef TESSERA_WITH_CUDA
+    throw_error(ErrorCode::kUnsupported, "device = cuda: this build of Tessera has no cuda backend");
+#else
+    const std::string why_not = fused_unsupported_reason(m);
+    TESSERA_CHECK(options.impl != DecodeImpl::kFused || why_not.empty(), ErrorCode::kUnsupported,
+                  "impl = fused: ", why_not);
+    impl_ = options.impl == DecodeImpl::kUnfused || !why_not.empty() ? DecodeImpl::kUnfused
+                                                                      : DecodeImpl::kFused;
+    if (impl_ == DecodeImpl::kUnfused) {
+      unfused_ = detail::cuda_plan_unfused(options);
+      inv_freq_ = rope_inv_freq(m);
+      return;
+    }
+#endif
+  } else {
+    impl_ = options.impl == DecodeImpl::kUnfused ? DecodeImpl::kUnfused : DecodeImpl::kFused;
+  }
+  if (options.cluster_size != 0) {
+    TESSERA_CHECK_ARG(options.cluster_size >= 1 && options.cluster_size <= kMaxClusterSize,
+                      "cluster_size = ", options.cluster_size, ": expected 0 (auto) or 1 to 16");
+    TESSERA_CHECK_ARG(divides_hidden(m.hidden, options.cluster_size, cuda), "cluster_size = ",
+                      options.cluster_size, ": expected a divisor of hidden = ", m.hidden,
+                      cuda ? " leaving a multiple of 128 per CTA" : "");
+    cluster_size_ = options.cluster_size;
+  } else {
+    cluster_size_ = default_cluster_size(options);
+    cluster_source_ = "cost model";
+#ifdef TESSERA_WITH_CUDA
+    if (cuda) {
+      const std::optional<int> tuned =
+          tuned_cluster_size(read_tune_table(tune_table_path()), detail::cuda_device_name(),
+                             m.name, options.max_batch, options.max_context);
+      if (tuned && divides_hidden(m.hidden, *tuned, cuda) &&
+          detail::cuda_max_active_clusters(options, *tuned) > 0) {
+        cluster_size_ = *tuned;
+        cluster_source_ = "tuned";
+      }
+    }
+#endif
+  }
+#ifdef TESSERA_WITH_CUDA
+  if (cuda) {
+    TESSERA_CHECK(detail::cuda_max_active_clusters(options, cluster_size_) > 0,
+                  ErrorCode::kUnsupported, "cluster_size = ", cluster_size_,
+                  ": this device cannot launch a cluster of that many fused decode CTAs");
+  }
+#endif
+  inv_freq_ = rope_inv_freq(m);
+}
+
+size_t AttentionBlock::workspace_bytes() const {
+#ifdef TESSERA_WITH_CUDA
+  if (unfused_) return detail::cuda_unfused_workspace_bytes(*unfused_);
+#endif
+  return size_t(options_.model.num_kv_heads) * options_.max_batch * options_.model.hidden *
+         sizeof(float);
+}
+
+std::string AttentionBlock::describe() const {
+  if (impl_ == DecodeImpl::kUnfused)
+    return str(options_.model.name, " unfused ", dtype_name(options_.dtype),
+               options_.paged ? " paged" : " contiguous");
+  return str(options_.model.name, " fused cluster ", cluster_size_, " (", cluster_source_, ") ",
+             dtype_name(options_.dtype), options_.paged ? " paged" : " contiguous");
+}
+
+void AttentionBlock::run(const DecodeStep& step, const AttentionWeights& w, const KvCache& cache,
+                         const TensorView& workspace, const Stream& stream) const {
+  const ModelConfig& m = options_.model;
+  const Device dev = options_.device;
+  TESSERA_CHECK_ARG(stream.device() == dev, "stream on ", stream.device().to_string(),
+                    ": expected the plan's device ", dev.to_string());
+  TESSERA_CHECK_ARG(!step.x.empty() && step.x.ndim() == 2, "x = ", step.x.to_string(),
+                    ": expected [batch, hidden]");
+  const int64_t batch = step.x.size(0);
+  TESSERA_CHECK_ARG(batch >= 1 && batch <= options_.max_batch, "x: batch = ", batch,
+                    ": expected 1 to max_batch = ", options_.max_batch);
+  check_matrix(step.x, "x", batch, m.hidden, options_.dtype, dev);
+  check_matrix(step.out, "out", batch, m.hidden, options_.dtype, dev);
+  TESSERA_CHECK_ARG(step.positions.ndim() == 1 && step.positions.size(0) == batch,
+                    "positions = ", step.positions.to_string(), ": expected i32 [", batch, "]");
+  check_dtype(step.positions, DType::kI32, "positions");
+  check_device(step.positions, dev, "positions");
+  const int64_t q_rows = m.num_heads * m.head_dim, kv_rows = m.num_kv_heads * m.head_dim;
+  check_matrix(w.wq, "weights.wq", q_rows, m.hidden, options_.dtype, dev);
+  check_matrix(w.wk, "weights.wk", kv_rows, m.hidden, options_.dtype, dev);
+  check_matrix(w.wv, "weights.wv", kv_rows, m.hidden, options_.dtype, dev);
+  check_matrix(w.wo, "weights.wo", m.hidden, q_rows, options_.dtype, dev);
+  if (!w.input_norm.empty()) {
+    TESSERA_CHECK_ARG(w.input_norm.ndim() == 1 && w.input_norm.size(0) == m.hidden,
+                      "weights.input_norm = ", w.input_norm.to_string(), ": expected [", m.hidden,
+                      "]");
+    check_dtype(w.input_norm, options_.dtype, "weights.input_norm");
+    check_device(w.input_norm, dev, "weights.input_norm");
+  }
+  check_cache_tensor(cache.k, "cache.k", options_, batch);
+  check_cache_tensor(cache.v, "cache.v", options_, batch);
+  TESSERA_CHECK_ARG(options_.paged != cache.page_table.empty(), "cache.page_table: the plan is ",
+                    options_.paged ? "paged: expected a page table" : "contiguous: expected none");
+  if (options_.paged) {
+    const TensorView& pt = cache.page_table;
+    TESSERA_CHECK_ARG(pt.ndim() == 2 && pt.size(0) >= batch &&
+                          pt.size(1) * options_.page_size >= options_.max_context,
+                      "cache.page_table = ", pt.to_string(), ": expected i32 [>= ", batch,
+                      ", >= max_context / page_size = ",
+                      (options_.max_context + options_.page_size - 1) / options_.page_size, "]");
+    check_dtype(pt, DType::kI32, "cache.page_table");
+    check_device(pt, dev, "cache.page_table");
+    check_contiguous(pt, "cache.page_table");
+  }
+  if (dev.is_cuda()) {
+    check_device(workspace, dev, "workspace");
+    check_min_bytes(workspace, workspace_bytes(), "workspace");
+#ifdef TESSERA_WITH_CUDA
+    if (unfused_)
+      detail::cuda_unfused_attention_block(*unfused_, inv_freq_, step, w, cache, workspace, stream);
+    else
+      detail::cuda_fused_attention_block(options_, cluster_size_, inv_freq_, step, w, cache,
+                                         workspace, stream);
+#endif
+    return;
+  }
+  // cpu: positions are on the host, so the emulation checks them against the cache.
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t p = step.positions.data_as<const int32_t>()[b];
+    TESSERA_CHECK_ARG(p >= 0 && p < options_.max_context, "positions[", b, "] = ", p,
+                      ": expected 0 <= p < max_context = ", options_.max_context);
+  }
+  if (impl_ == DecodeImpl::kUnfused)
+    reference_attention_block(m, step, w, cache, options_.page_size);
+  else
+    split_attention_block(m, step, w, cache, options_.page_size, cluster_size_);
+}
+
+}  // namespace tessera::decode

@@ -1,0 +1,37 @@
+// Internal: what attention_block.cc hands the cuda backend after validating every argument.
+// Implemented in src/decode/cuda/fused_decode_cuda.cc (built only with TESSERA_CUDA=ON).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include "tessera/decode/attention_block.h"
+
+namespace tessera::decode::detail {
+
+#ifdef TESSERA_WITH_CUDA
+// Clusters of `cluster_size` that can run at once for this plan on the current device (0:
+// the size cannot be launched: too few SMs in a GPC, or not enough shared memory).
+int cuda_max_active_clusters(const AttentionBlockOptions& options, int cluster_size);
+// Multiprocessors and name of the current device.
+int cuda_multiprocessor_count();
+std::string cuda_device_name();
+// inv_freq: rope_inv_freq(options.model), head_dim / 2 values.
+void cuda_fused_attention_block(const AttentionBlockOptions& options, int cluster_size,
+                                std::span<const float> inv_freq, const DecodeStep& step, const AttentionWeights& weights,
+                                const KvCache& cache, const TensorView& workspace,
+                                const Stream& stream);
+
+// The unfused path (src/decode/cuda/unfused_decode_cuda.cc): planned once (cuBLASLt
+// descriptors and algorithms for every batch up to max_batch), then run per step.
+struct UnfusedPlan;
+std::shared_ptr<UnfusedPlan> cuda_plan_unfused(const AttentionBlockOptions& options);
+size_t cuda_unfused_workspace_bytes(const UnfusedPlan& plan);
+void cuda_unfused_attention_block(const UnfusedPlan& plan, std::span<const float> inv_freq,
+                                  const DecodeStep& step, const AttentionWeights& weights,
+                                  const KvCache& cache, const TensorView& workspace,
+                                  const Stream& stream);
+#endif
+
+}  // namespace tessera::decode::detail

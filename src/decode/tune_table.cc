@@ -1,0 +1,110 @@
+// Reading, merging and looking up the decode tuner's table (tune_table.h).
+#include "tessera/decode/tune_table.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include "tessera/core/error.h"
+#include "tessera/core/params.h"
+
+namespace tessera::decode {
+namespace {
+
+const Param<std::string> kTuneTable("TESSERA_DECODE_TUNE_TABLE", "",
+                                    "file of tuned decode cluster sizes (tessera tune decode); "
+                                    "empty: $XDG_CACHE_HOME/tessera/decode_tune.tsv");
+
+bool same_shape(const TuneEntry& a, const TuneEntry& b) {
+  return a.gpu == b.gpu && a.model == b.model && a.batch == b.batch && a.context == b.context;
+}
+
+}  // namespace
+
+std::string tune_table_path() {
+  if (std::string p = kTuneTable.get(); !p.empty()) return p;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/tessera/decode_tune.tsv";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/tessera/decode_tune.tsv";
+}
+
+std::vector<TuneEntry> read_tune_table(const std::string& path) {
+  std::vector<TuneEntry> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    TuneEntry e;
+    std::string batch, context, cluster, us;
+    const bool ok = std::getline(fields, e.gpu, '\t') && std::getline(fields, e.model, '\t') &&
+                    std::getline(fields, batch, '\t') && std::getline(fields, context, '\t') &&
+                    std::getline(fields, cluster, '\t') && std::getline(fields, us, '\t');
+    char* end = nullptr;
+    if (ok) {
+      e.batch = std::strtoll(batch.c_str(), &end, 10);
+      const bool b_ok = *end == '\0';
+      e.context = std::strtoll(context.c_str(), &end, 10);
+      const bool c_ok = *end == '\0';
+      e.cluster_size = int(std::strtol(cluster.c_str(), &end, 10));
+      const bool n_ok = *end == '\0';
+      e.median_us = std::strtod(us.c_str(), &end);
+      if (b_ok && c_ok && n_ok && e.batch > 0 && e.context > 0 && e.cluster_size >= 1 &&
+          e.cluster_size <= 16) {
+        out.push_back(e);
+        continue;
+      }
+    }
+    throw_error(ErrorCode::kInvalidArgument,
+                str(path, ":", number, ": '", line,
+                    "': expected gpu, model, batch, context, cluster_size (1-16), median_us "
+                    "separated by tabs"));
+  }
+  return out;
+}
+
+void write_tune_table(const std::string& path, const std::vector<TuneEntry>& entries) {
+  std::vector<TuneEntry> all = read_tune_table(path);
+  for (const TuneEntry& e : entries) {
+    std::erase_if(all, [&](const TuneEntry& old) { return same_shape(old, e); });
+    all.push_back(e);
+  }
+  const std::filesystem::path file(path);
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  std::ofstream out(path, std::ios::trunc);
+  TESSERA_CHECK(bool(out), ErrorCode::kSystem, "tune table ", path, ": cannot write");
+  out << "# gpu\tmodel\tbatch\tcontext\tcluster_size\tmedian_us (tessera tune decode)\n";
+  for (const TuneEntry& e : all)
+    out << e.gpu << '\t' << e.model << '\t' << e.batch << '\t' << e.context << '\t'
+        << e.cluster_size << '\t' << e.median_us << '\n';
+}
+
+std::optional<int> tuned_cluster_size(const std::vector<TuneEntry>& table, const std::string& gpu,
+                                      const std::string& model, int64_t batch, int64_t context) {
+  // The batch row: the smallest batch >= `batch`, else the largest there is.
+  int64_t chosen_batch = -1, largest = -1;
+  for (const TuneEntry& e : table) {
+    if (e.gpu != gpu || e.model != model) continue;
+    largest = std::max(largest, e.batch);
+    if (e.batch >= batch && (chosen_batch < 0 || e.batch < chosen_batch)) chosen_batch = e.batch;
+  }
+  if (chosen_batch < 0) chosen_batch = largest;
+  std::optional<int> best;
+  double best_distance = std::numeric_limits<double>::infinity();
+  for (const TuneEntry& e : table) {
+    if (e.gpu != gpu || e.model != model || e.batch != chosen_batch) continue;
+    const double distance = std::fabs(std::log(double(e.context) / double(context)));
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = e.cluster_size;
+    }
+  }
+  return best;
+}
+
+}  // namespace tessera::decode

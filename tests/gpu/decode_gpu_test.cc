@@ -1,0 +1,213 @@
+// GPU tests of the fused decode attention block (decode::AttentionBlock on cuda) against the
+// float64 reference (src/decode/reference.h) at the real Llama-2-7B and Llama-3-8B shapes:
+// batches 1, 3 and 16, contiguous and paged caches, ragged positions (0 included), several
+// cluster sizes. The output is poisoned first and must be fully written; the new K/V rows
+// must land in the cache and every other row stay untouched; 100 replays of a captured CUDA
+// graph must give bitwise the same output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "decode/reference.h"
+#include "tessera/core/buffer.h"
+#include "tessera/core/error.h"
+#include "tessera/decode/attention_block.h"
+#include "tessera/runtime/memory.h"
+#include "tessera/runtime/stream.h"
+
+#include <cuda_runtime.h>
+
+namespace tessera::decode {
+namespace {
+
+constexpr DType kBf16 = DType::kBF16;
+constexpr int64_t kMaxContext = 256;
+constexpr int64_t kPageSize = 16;
+
+struct Pair {  // host and device copies of one tensor
+  Tensor host, device;
+};
+
+class DecodeGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+    stream_ = Stream::create_cuda(0);
+  }
+  Pair random(std::vector<int64_t> shape, DType dt, uint32_t seed, float lo, float hi) {
+    Pair p{Tensor::empty(shape, dt, Device::cpu()), Tensor::empty(shape, dt, Device::cuda(0))};
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    for (int64_t i = 0; i < p.host.view().numel(); ++i) store_from_float(p.host.data(), dt, i, dist(rng));
+    upload(p);
+    return p;
+  }
+  size_t bytes(const Tensor& t) { return size_t(t.view().numel()) * t.view().element_size(); }
+  void upload(const Pair& p) { copy_bytes(p.device.data(), p.host.data(), bytes(p.host), stream_); }
+  void download(Tensor& host, const Tensor& device) {
+    copy_bytes(host.data(), device.data(), bytes(host), stream_);
+    stream_.synchronize();
+  }
+
+  struct Weights {
+    Pair wq, wk, wv, wo, norm;
+    AttentionWeights host() const { return {wq.host, wk.host, wv.host, wo.host, norm.host}; }
+    AttentionWeights device() const { return {wq.device, wk.device, wv.device, wo.device, norm.device}; }
+  };
+  Weights weights(const ModelConfig& m) {
+    const float s = 1.0f / std::sqrt(float(m.hidden));
+    const int64_t q = m.num_heads * m.head_dim, kv = m.num_kv_heads * m.head_dim;
+    return {random({q, m.hidden}, kBf16, 11, -s, s), random({kv, m.hidden}, kBf16, 12, -s, s),
+            random({kv, m.hidden}, kBf16, 13, -s, s), random({m.hidden, q}, kBf16, 14, -s, s),
+            random({m.hidden}, kBf16, 15, 0.5f, 1.5f)};
+  }
+
+  // One step on the GPU and on the reference; checks the output and the caches.
+  void check_step(const ModelConfig& m, const Weights& w, int64_t batch, bool paged, int cluster) {
+    SCOPED_TRACE(::testing::Message() << m.name << " batch " << batch << (paged ? " paged" : " contiguous")
+                                      << " cluster " << cluster);
+    AttentionBlockOptions o{m, batch, kMaxContext, kBf16, paged, kPageSize, Device::cuda(0),
+                            DecodeImpl::kFused, cluster};
+    AttentionBlock block(o);
+    const int64_t hkv = m.num_kv_heads, d = m.head_dim;
+    const int64_t pages_per_seq = kMaxContext / kPageSize, num_pages = batch * pages_per_seq + 3;
+    std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{num_pages, kPageSize, hkv, d}
+                                             : std::vector<int64_t>{batch, kMaxContext, hkv, d};
+    Pair k = random(cache_shape, kBf16, 21, -1.f, 1.f), v = random(cache_shape, kBf16, 22, -1.f, 1.f);
+    Pair table{Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cpu()),
+               Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cuda(0))};
+    {  // a shuffled page table: sequences own scattered pages
+      std::vector<int32_t> pages(num_pages);
+      std::iota(pages.begin(), pages.end(), 0);
+      std::shuffle(pages.begin(), pages.end(), std::mt19937(5));
+      std::copy_n(pages.begin(), batch * pages_per_seq, table.host.data_as<int32_t>());
+      upload(table);
+    }
+    Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
+    const int32_t ragged[] = {130, 0, 37, 255, 16, 1, 200, 64, 15, 17, 99, 128, 31, 33, 250, 7};
+    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = ragged[b % 16];
+    upload(pos);
+    Pair x = random({batch, m.hidden}, kBf16, 31, -1.f, 1.f);
+    Tensor out_d = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
+    Tensor out_h = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
+    Tensor ref = Tensor::empty({batch, m.hidden}, DType::kF32, Device::cpu());
+    Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
+    fill_bytes(out_d.data(), 0xFF, bytes(out_d), stream_);
+
+    const TensorView no_table{};
+    KvCache dcache{k.device, v.device, paged ? TensorView(table.device) : no_table};
+    KvCache hcache{k.host, v.host, paged ? TensorView(table.host) : no_table};
+    Tensor k_before = Tensor::empty(cache_shape, kBf16, Device::cpu());
+    std::memcpy(k_before.data(), k.host.data(), bytes(k.host));
+    block.run({x.device, pos.device, out_d}, w.device(), dcache, ws, stream_);
+    reference_attention_block(m, {x.host, pos.host, ref}, w.host(), hcache, kPageSize);
+    download(out_h, out_d);
+
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < batch * m.hidden; ++i) {
+      const float g = load_as_float(out_h.data(), kBf16, i), r = ref.data_as<float>()[i];
+      ASSERT_TRUE(std::isfinite(g)) << "output element " << i << " not written or not finite";
+      num += (g - r) * (g - r);
+      den += double(r) * r;
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-2) << "relative L2 error against the float64 reference";
+
+    // The caches: the reference appended k_new; the GPU must have appended the same rows
+    // (within one bf16 rounding) and left every other row as it was.
+    Tensor k_gpu = Tensor::empty(cache_shape, kBf16, Device::cpu());
+    download(k_gpu, k.device);
+    int64_t changed = 0, mismatched = 0;
+    for (int64_t i = 0; i < k_gpu.view().numel(); ++i) {
+      const float before = load_as_float(k_before.data(), kBf16, i);
+      const float g = load_as_float(k_gpu.data(), kBf16, i), r = load_as_float(k.host.data(), kBf16, i);
+      if (r != before) ++changed;
+      if (std::fabs(g - r) > 1e-2f * std::max(1.f, std::fabs(r))) ++mismatched;
+    }
+    EXPECT_EQ(mismatched, 0) << "cache elements differing from the reference's append";
+    EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
+  }
+
+  Stream stream_;
+};
+
+TEST_F(DecodeGpu, Llama2FusedMatchesReference) {
+  const ModelConfig m = ModelConfig::llama2_7b();
+  const Weights w = weights(m);
+  for (int64_t batch : {1, 3, 16})
+    for (bool paged : {false, true}) check_step(m, w, batch, paged, 0);
+  for (int cluster : {1, 2, 8, 16}) check_step(m, w, 3, true, cluster);
+}
+
+TEST_F(DecodeGpu, Llama3GqaFusedMatchesReference) {
+  const ModelConfig m = ModelConfig::llama3_8b();
+  const Weights w = weights(m);
+  for (int64_t batch : {1, 3, 16})
+    for (bool paged : {false, true}) check_step(m, w, batch, paged, 0);
+  for (int cluster : {4, 8}) check_step(m, w, 16, false, cluster);
+  check_step(m, w, 40, false, 0);  // more than one batch tile
+}
+
+TEST_F(DecodeGpu, GraphReplaysAreBitwiseIdentical) {
+  const ModelConfig m = ModelConfig::llama2_7b();
+  const Weights w = weights(m);
+  const int64_t batch = 4;
+  AttentionBlock block({m, batch, kMaxContext, kBf16, false, kPageSize, Device::cuda(0)});
+  Pair k = random({batch, kMaxContext, m.num_kv_heads, m.head_dim}, kBf16, 41, -1.f, 1.f);
+  Pair v = random({batch, kMaxContext, m.num_kv_heads, m.head_dim}, kBf16, 42, -1.f, 1.f);
+  Pair x = random({batch, m.hidden}, kBf16, 43, -1.f, 1.f);
+  Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
+  for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = int32_t(100 + 37 * b);
+  upload(pos);
+  Tensor out = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
+  Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
+  const DecodeStep step{x.device, pos.device, out};
+  const KvCache cache{k.device, v.device, {}};
+  block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
+  stream_.synchronize();
+
+  auto s = static_cast<cudaStream_t>(stream_.cuda_stream());
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  block.run(step, w.device(), cache, ws, stream_);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  Tensor first = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
+  Tensor again = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
+  for (int replay = 0; replay < 100; ++replay) {
+    fill_bytes(out.data(), 0xFF, bytes(first), stream_);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    download(replay == 0 ? first : again, out);
+    if (replay > 0)
+      ASSERT_EQ(0, std::memcmp(first.data(), again.data(), bytes(first))) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST_F(DecodeGpu, BadPlansAreRefusedWithTheArgumentsName) {
+  const ModelConfig m = ModelConfig::llama2_7b();
+  AttentionBlockOptions o{m, 1, 4096, kBf16, false, kPageSize, Device::cuda(0)};
+  o.cluster_size = 3;
+  EXPECT_THROW({
+    try { AttentionBlock b(o); } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cluster_size = 3"), std::string::npos) << e.what();
+      throw;
+    }
+  }, Error);
+  o.cluster_size = 0;
+  ModelConfig odd = m;
+  odd.head_dim = 64;
+  odd.num_heads = 64;
+  odd.num_kv_heads = 64;
+  o.model = odd;
+  EXPECT_THROW(AttentionBlock{o}, Error);
+}
+
+}  // namespace
+}  // namespace tessera::decode
