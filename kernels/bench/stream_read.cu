@@ -2,6 +2,8 @@
 // thread, folded into one value per block.
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "bench/stream_read.h"
 #include "tessera/runtime/cuda_check.h"
 

@@ -2,6 +2,8 @@
 // (collective_launch.h says what a launch computes).
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "cluster/cluster_collectives.cuh"
 #include "cluster/collective_launch.h"
 #include "tessera/runtime/cuda_check.h"

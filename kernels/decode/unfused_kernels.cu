@@ -9,6 +9,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+
 #include "cluster/cluster_collectives.cuh"
 #include "decode/unfused_launch.h"
 #include "tessera/runtime/cuda_check.h"
