@@ -101,10 +101,15 @@ __device__ inline void owned_slice(int count, int vec, unsigned rank, unsigned n
   end = min(count, begin + per * vec);
 }
 
-// Copies [begin, end) of a buffer from `src` into `dst` (16-byte vectors, scalar tail).
+// Copies [begin, end) of a buffer from `src` into `dst`: 16-byte vectors and a scalar tail
+// where both ends are 16-byte aligned at `begin`, else element by element.
 template <typename T>
 __device__ void copy_range(T* dst, const T* src, int begin, int end) {
   constexpr int V = kVec<T>;
+  if (((reinterpret_cast<uintptr_t>(dst + begin) | reinterpret_cast<uintptr_t>(src + begin)) & 15) != 0) {
+    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) dst[i] = src[i];
+    return;
+  }
   const int full_end = begin + (end - begin) / V * V;
   for (int i = begin + threadIdx.x * V; i < full_end; i += blockDim.x * V)
     *reinterpret_cast<Vec<T>*>(dst + i) = *reinterpret_cast<const Vec<T>*>(src + i);
@@ -152,8 +157,8 @@ __device__ void all_reduce(T* buf, int count, Op op, Peers peers = {}) {
   cluster_sync();
 }
 
-// buf[N][count] (16-byte aligned, count * sizeof(T) a multiple of 16 for vector copies, else
-// scalar): rank r's slot buf + r * count goes to every peer.
+// buf[N][count]: rank r's slot buf + r * count goes to every peer (vector copies where the
+// slots are 16-byte aligned).
 template <typename T, typename Peers = DsmemPeers>
 __device__ void all_gather(T* buf, int count, Peers peers = {}) {
   const unsigned rank = cluster_rank(), n = cluster_size();
@@ -161,13 +166,7 @@ __device__ void all_gather(T* buf, int count, Peers peers = {}) {
   cluster_sync();
   for (unsigned p = 0; p < n; ++p) {
     if (p == rank) continue;
-    const T* src = peers(buf, p) + p * count;
-    T* dst = buf + p * count;
-    if ((count * sizeof(T)) % 16 == 0) {
-      copy_range(dst, src, 0, count);
-    } else {
-      for (int i = threadIdx.x; i < count; i += blockDim.x) dst[i] = src[i];
-    }
+    copy_range(buf + p * count, static_cast<const T*>(peers(buf, p)) + p * count, 0, count);
   }
   cluster_sync();
 }

@@ -34,7 +34,8 @@ struct FusedDecodeParams {
   int64_t pages_per_seq = 0;
   int64_t num_pages = 0;
   int64_t page_size = 16;
-  int64_t max_context = 0;
+  int64_t max_context = 0;     // positions must stay below this (the plan's bound)
+  int64_t context_stride = 0;  // contiguous cache: rows per sequence (cache.k.size(1))
   const int32_t* positions = nullptr;  // [B]
   float softmax_scale = 0;
   float inv_freq[kHeadDim / 2] = {};

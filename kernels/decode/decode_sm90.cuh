@@ -3,9 +3,11 @@
 // attention and output projection in one kernel; the sum over KV heads in a second one.
 // attention_block.h states the math, src/decode/split_geometry.h the split.
 //
-// One CTA (8 warps) streams a "tape" of 16 KB tiles through a cp.async ring of kStages
-// stages, so memory stays busy across phase changes (the next phase's first tiles are in
-// flight while the cluster reduces):
+// One CTA (8 warps) streams a "tape" of 16 KB tiles through a ring of kStages stages filled by
+// bulk copies (cp.async.bulk, the TMA engine's 1-D form: one instruction per 128- or 256-byte
+// row, completion counted in bytes on the stage's mbarrier), so few instructions move many
+// bytes and memory stays busy across phase changes (the next phase's first tiles are in flight
+// while the cluster reduces). Warp 0 issues; every warp waits on the stage's barrier:
 //   QKV tiles   (G+2 row blocks of 128 rows) x (hidden/N / 64 columns): weights [128, 64] of
 //               the cluster's q heads, k head, v head, plus x [batch tile, 64]
 //   KV tiles    32 cached tokens of one sequence: K [32, D] and V [32, D]
@@ -41,18 +43,29 @@ constexpr int kTileCols = 64;     // weight columns per tile (128 bytes a row)
 constexpr int kTokensPerTile = 32;
 constexpr int kTileBytes = kTileRows * kTileCols * 2;  // = 2 * kTokensPerTile * kHeadDim * 2
 static_assert(kTileBytes == 2 * kTokensPerTile * kHeadDim * 2);
+constexpr int kRowPitch = kTileCols * 2 + 16;  // bytes per weight-tile row in shared memory
 
 template <typename T, int kGroup, int kNTiles>
 struct DecodeTraits {
   static constexpr int kBatchPad = 8 * kNTiles;  // the batch tile, as MMA columns
   static constexpr int kRowBlocks = kGroup + 2;  // q heads, k, v
-  static constexpr int kStages = kGroup * kNTiles >= 8 ? 4 : (kGroup * kNTiles >= 4 ? 5 : 6);
-  static constexpr int kXChunkBytes = kBatchPad * kTileCols * 2;
-  static constexpr int kStageBytes = kTileBytes + kXChunkBytes;
+  static constexpr int kWTileBytes = kTileRows * kRowPitch;  // a weight tile, padded rows
+  static constexpr int kXChunkBytes = kBatchPad * kRowPitch;
+  static constexpr int kStageBytes = kWTileBytes + kXChunkBytes;
   static constexpr int kQkvFloats = kRowBlocks * kBatchPad * kHeadDim + kBatchPad;  // + sum sq
   static constexpr int kAttnFloats = kBatchPad * kGroup * (kHeadDim + 1);         // o, l
   static constexpr int kPartFloats = kQkvFloats > kAttnFloats ? kQkvFloats : kAttnFloats;
   static constexpr int kOStride = kGroup * kHeadDim + 8;  // bf16 row of o, padded (banks)
+  // What is not the ring, then as many stages as fit (at most 8: 7 tiles, 112 KB, in flight).
+  static constexpr int kFixedBytes =
+      (kPartFloats * 4 + 15) / 16 * 16 +
+      (kBatchPad * kGroup * kHeadDim * 4 > kBatchPad * (kGroup * kHeadDim + 8) * 2
+           ? kBatchPad * kGroup * kHeadDim * 4 : kBatchPad * (kGroup * kHeadDim + 8) * 2) +
+      kBatchPad * 2 * kHeadDim * 2 + kWarps * kGroup * (kHeadDim + 2) * 4 +
+      3 * kBatchPad * kGroup * 4 + (kBatchPad + 1) * 4 + 12 + 64 * 4 + 8 * 8 + 1024;
+  static constexpr int kStagesFit = (227 * 1024 - kFixedBytes) / kStageBytes;
+  static constexpr int kStages = kStagesFit < 8 ? kStagesFit : 8;
+  static_assert(kStages >= 3, "fused decode: too little shared memory for the stage ring");
   // Byte offsets.
   static constexpr int kRingOff = 0;
   static constexpr int kPartOff = kRingOff + kStages * kStageBytes;
@@ -67,7 +80,8 @@ struct DecodeTraits {
   static constexpr int kSNewOff = kMOwnOff + kBatchPad * kGroup * 4;         // new-token scores
   static constexpr int kTileStartOff = kSNewOff + kBatchPad * kGroup * 4;    // int [B+1]
   static constexpr int kScratchOff = kTileStartOff + (kBatchPad + 1) * 4 + 12;
-  static constexpr int kSmemBytes = kScratchOff + 64 * 4;
+  static constexpr int kBarOff = kScratchOff + 64 * 4;  // the stages' mbarriers
+  static constexpr int kSmemBytes = kBarOff + kStages * 8;
   static_assert(kSmemBytes <= 227 * 1024, "fused decode: shared memory over the sm90 limit");
 };
 
@@ -76,16 +90,38 @@ struct DecodeTraits {
 __device__ inline uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// 16-byte async copy; src_bytes 0 fills the destination with zeros.
-__device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(src_bytes));
+// mbarriers and bulk copies (PTX ISA: mbarrier, cp.async.bulk).
+__device__ inline void mbar_init(uint64_t* bar, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
 }
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+// One arrival that also announces `bytes` of bulk copies to complete on the barrier.
+__device__ inline void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
 }
+__device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  }
+}
+// `bytes` (a multiple of 16, both ends 16-byte aligned) from global to this CTA's shared
+// memory, completing on `bar`.
+__device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+// Orders this thread's generic-proxy shared-memory accesses before later bulk copies.
+__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 __device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -112,9 +148,9 @@ __device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
-// A [rows][64] tile of 2-byte elements, 128-byte rows, 16-byte chunks XOR-swizzled by row so
-// that ldmatrix's 8 rows hit 8 different bank groups.
-__device__ inline int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+// A [rows][64] tile of 2-byte elements: 128 bytes of a row, padded to kRowPitch so that
+// ldmatrix's 8 rows start in 8 different bank groups (a bulk copy writes rows unswizzled).
+__device__ inline int padded(int row, int chunk) { return row * kRowPitch + chunk * 16; }
 
 // exp2(m - m_max), the factor that rescales a softmax partial with maximum m to m_max; a
 // partial that saw no key (m = -inf) contributes nothing, also when m_max is -inf too.
@@ -158,31 +194,49 @@ struct FusedDecode {
   __device__ int* tile_start() const { return reinterpret_cast<int*>(smem + Tr::kTileStartOff); }
   __device__ float* scratch() const { return reinterpret_cast<float*>(smem + Tr::kScratchOff); }
   __device__ unsigned char* stage(int t) const { return smem + Tr::kRingOff + (t % Tr::kStages) * Tr::kStageBytes; }
+  __device__ uint64_t* full_bar(int t) const { return reinterpret_cast<uint64_t*>(smem + Tr::kBarOff) + t % Tr::kStages; }
 
   __device__ int position(int b) const { return p.positions[b0 + b]; }
 
-  // Address of cached token t of sequence b (this KV head), K or V.
-  __device__ const T* cache_row(const void* cache, int b, int64_t t) const {
-    int64_t row;
-    if (p.page_table != nullptr) {
-      const int32_t page = p.page_table[(b0 + b) * p.pages_per_seq + t / p.page_size];
-      if (page < 0 || page >= p.num_pages) {
-        printf("tessera fused decode: page_table[%d][%lld] = %d is outside [0, %lld) (block %d)\n",
-               b0 + b, static_cast<long long>(t / p.page_size), page,
-               static_cast<long long>(p.num_pages), static_cast<int>(blockIdx.x));
-        __trap();
-      }
-      row = int64_t{page} * p.page_size + t % p.page_size;
-    } else {
-      row = int64_t{b0 + b} * p.max_context + t;
+  // The page holding cached token t of sequence b (paged caches), checked against the cache.
+  __device__ int32_t page_of(int b, int64_t t) const {
+    const int32_t page = p.page_table[(b0 + b) * p.pages_per_seq + t / p.page_size];
+    if (page < 0 || page >= p.num_pages) {
+      printf("tessera fused decode: page_table[%d][%lld] = %d is outside [0, %lld) (block %d)\n",
+             b0 + b, static_cast<long long>(t / p.page_size), page,
+             static_cast<long long>(p.num_pages), static_cast<int>(blockIdx.x));
+      __trap();
     }
-    return static_cast<const T*>(cache) + (row * p.num_kv_heads + kv_head) * D;
+    return page;
   }
 
-  // ---- producer: issue tile t of the tape into its stage ----------------------------------
-  __device__ void issue(int t) const {
+  // Address of cached token t of sequence b (this KV head), K or V; `page` is page_of(b, t)
+  // for a paged cache.
+  __device__ const T* cache_row(const void* cache, int b, int64_t t, int32_t page) const {
+    const int64_t row = p.page_table != nullptr ? int64_t{page} * p.page_size + t % p.page_size
+                                                : int64_t{b0 + b} * p.context_stride + t;
+    return static_cast<const T*>(cache) + (row * p.num_kv_heads + kv_head) * D;
+  }
+  __device__ const T* cache_row(const void* cache, int b, int64_t t) const {
+    return cache_row(cache, b, t, p.page_table != nullptr ? page_of(b, t) : 0);
+  }
+
+  // For attention tile t: the page of this lane's token (row = lane), looked up one tile ahead
+  // so the page-table read is off warp 0's issue path.
+  __device__ int32_t prefetch_page(int t) const {
+    if (p.page_table == nullptr || t < t_qkv || t >= t_qkv + t_attn) return 0;
+    int b, tok0, ntok;
+    attn_tile(t - t_qkv, b, tok0, ntok);
+    const int lane = threadIdx.x % 32;
+    return lane < ntok ? page_of(b, tok0 + lane) : 0;
+  }
+
+  // ---- producer (warp 0): issue tile t of the tape into its stage ------------------------
+  // `page`: prefetch_page(t) on entry, prefetch_page(t + 1) on return.
+  __device__ void issue(int t, int32_t& page) const {
     unsigned char* st = stage(t);
-    const int tid = threadIdx.x;
+    uint64_t* bar = full_bar(t);
+    const int lane = threadIdx.x % 32;
     if (t < t_qkv) {
       const int rb = t / nk, kc = t % nk;
       const T* w;
@@ -190,42 +244,37 @@ struct FusedDecode {
       else if (rb == kGroup) w = static_cast<const T*>(p.wk) + int64_t(kv_head) * D * p.hidden;
       else w = static_cast<const T*>(p.wv) + int64_t(kv_head) * D * p.hidden;
       const int col0 = k_begin + kc * kTileCols;
-#pragma unroll
-      for (int i = 0; i < kTileRows * 8 / kThreads; ++i) {
-        const int id = tid + i * kThreads, row = id / 8, chunk = id % 8;
-        cp_async16(st + swizzled(row, chunk), w + int64_t(row) * p.hidden + col0 + chunk * 8, 16);
-      }
-      unsigned char* xs = st + kTileBytes;
-      if (tid < kB * 8) {
-        const int b = tid / 8, chunk = tid % 8;
-        const bool valid = b < nb;
-        const T* src = static_cast<const T*>(p.x) + int64_t(b0 + (valid ? b : 0)) * p.hidden + col0 + chunk * 8;
-        cp_async16(xs + swizzled(b, chunk), src, valid ? 16 : 0);
-      }
+      if (lane == 0) mbar_arrive_expect_tx(bar, (kTileRows + kB) * kTileCols * 2);
+      __syncwarp();
+      for (int row = lane; row < kTileRows; row += 32)
+        bulk_copy(st + row * kRowPitch, w + int64_t(row) * p.hidden + col0, kTileCols * 2, bar);
+      // Rows past the batch repeat its last sequence (their columns are never stored).
+      for (int b = lane; b < kB; b += 32)
+        bulk_copy(st + Tr::kWTileBytes + b * kRowPitch,
+                  static_cast<const T*>(p.x) + int64_t(b0 + min(b, nb - 1)) * p.hidden + col0,
+                  kTileCols * 2, bar);
     } else if (t < t_qkv + t_attn) {
       int b, tok0, ntok;
       attn_tile(t - t_qkv, b, tok0, ntok);
-      // K rows [32][D] then V rows [32][D], 256 bytes a row, 16 chunks.
-#pragma unroll
-      for (int i = 0; i < 2 * kTokensPerTile * 16 / kThreads; ++i) {
-        const int id = tid + i * kThreads, kv = id / (kTokensPerTile * 16);
-        const int row = (id / 16) % kTokensPerTile, chunk = id % 16;
-        const bool valid = row < ntok;
-        const T* src = valid ? cache_row(kv ? p.v_cache : p.k_cache, b, tok0 + row) + chunk * 8
-                             : static_cast<const T*>(p.k_cache);
-        cp_async16(st + kv * (kTileBytes / 2) + row * 256 + chunk * 16, src, valid ? 16 : 0);
+      // K rows [32][D] then V rows [32][D], 256 bytes a row; rows past ntok are not read.
+      if (lane == 0) mbar_arrive_expect_tx(bar, 2 * ntok * D * 2);
+      __syncwarp();
+      if (lane < ntok) {  // ntok <= 32: a row a lane
+        bulk_copy(st + lane * D * 2, cache_row(p.k_cache, b, tok0 + lane, page), D * 2, bar);
+        bulk_copy(st + kTileBytes / 2 + lane * D * 2, cache_row(p.v_cache, b, tok0 + lane, page),
+                  D * 2, bar);
       }
     } else {
       const int to = t - t_qkv - t_attn, rb = to / o_col_tiles, kc = to % o_col_tiles;
       const int64_t ld = int64_t(p.num_heads) * D;
       const T* w = static_cast<const T*>(p.wo) + int64_t(o_row_begin + rb * kTileRows) * ld +
                    int64_t(kv_head) * kGroup * D + kc * kTileCols;
-#pragma unroll
-      for (int i = 0; i < kTileRows * 8 / kThreads; ++i) {
-        const int id = tid + i * kThreads, row = id / 8, chunk = id % 8;
-        cp_async16(st + swizzled(row, chunk), w + row * ld + chunk * 8, 16);
-      }
+      if (lane == 0) mbar_arrive_expect_tx(bar, kTileRows * kTileCols * 2);
+      __syncwarp();
+      for (int row = lane; row < kTileRows; row += 32)
+        bulk_copy(st + row * kRowPitch, w + row * ld, kTileCols * 2, bar);
     }
+    page = prefetch_page(t + 1);
   }
 
   // Attention tile a (0-based within the phase): sequence b, first token, token count.
@@ -240,22 +289,20 @@ struct FusedDecode {
   // ---- projections: one [128, 64] weight tile times the batch tile --------------------------
   // acc[j] covers rows warp*16 .. +16 and batch columns j*8 .. +8.
   __device__ void mma_tile(float (&acc)[kNTiles][4], const unsigned char* w_tile,
-                           const unsigned char* b_rows, int b_stride_bytes, bool b_swizzled,
-                           int b_col_bytes) const {
+                           const unsigned char* b_rows, int b_stride_bytes, int b_col_bytes) const {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
     for (int s = 0; s < kTileCols / 16; ++s) {
       uint32_t a[4];
       {
         const int m = lane / 8, row = warp * 16 + (m & 1) * 8 + lane % 8, chunk = s * 2 + (m >> 1);
-        ldmatrix_x4(a, w_tile + swizzled(row, chunk));
+        ldmatrix_x4(a, w_tile + padded(row, chunk));
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
         uint32_t bfrag[2];
         const int m = (lane / 8) & 1, nrow = j * 8 + lane % 8, chunk = s * 2 + m;
-        const unsigned char* addr = b_swizzled ? b_rows + swizzled(nrow, chunk)
-                                               : b_rows + nrow * b_stride_bytes + b_col_bytes + chunk * 16;
+        const unsigned char* addr = b_rows + nrow * b_stride_bytes + b_col_bytes + chunk * 16;
         ldmatrix_x2(bfrag, addr);
         mma16816<T>(acc[j], a, bfrag[0], bfrag[1]);
       }
@@ -284,7 +331,7 @@ struct FusedDecode {
     const int tid = threadIdx.x;
     if (tid < kB * 8) {
       const int b = tid / 8, chunk = tid % 8;
-      uint4* cell = reinterpret_cast<uint4*>(xs + swizzled(b, chunk));
+      uint4* cell = reinterpret_cast<uint4*>(xs + padded(b, chunk));
       Vec8<T> x{*cell}, g{*reinterpret_cast<const uint4*>(static_cast<const T*>(p.input_norm) + k_begin + kc * kTileCols + chunk * 8)};
       float xf[8], gf[8];
       x.to_float(xf);
@@ -511,6 +558,8 @@ struct FusedDecode {
         }
       }
       tile_start()[kB] = acc;
+      for (int i = 0; i < Tr::kStages; ++i) mbar_init(full_bar(i), 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     t_qkv = (kGroup + 2) * nk;
@@ -521,26 +570,28 @@ struct FusedDecode {
   __device__ void run() {
     setup();
     const int total = t_qkv + t_attn + t_o;
-    for (int s = 0; s < Tr::kStages - 1; ++s) {
-      if (s < total) issue(s);
-      cp_async_commit();
-    }
+    const int warp = threadIdx.x / 32;
+    int32_t page = 0;  // warp 0: the next tile's page (prefetch_page); tile 0 is a QKV tile
+    if (warp == 0)
+      for (int s = 0; s < Tr::kStages - 1 && s < total; ++s) issue(s, page);
     float acc[kNTiles][4] = {};
     float* sumsq = part() + (kGroup + 2) * kB * D;
     for (int i = threadIdx.x; i < kB; i += kThreads) sumsq[i] = 0.f;
     AttnState st;
     int cur_b = -1;  // the sequence whose attention state the registers hold
     for (int t = 0; t < total; ++t) {
-      cp_async_wait<Tr::kStages - 2>();
+      // Every thread is done with stage t - 1 (the x chunk was rewritten in place) before
+      // warp 0 refills it.
+      fence_proxy_async();
       __syncthreads();
-      if (t + Tr::kStages - 1 < total) issue(t + Tr::kStages - 1);
-      cp_async_commit();
+      if (warp == 0 && t + Tr::kStages - 1 < total) issue(t + Tr::kStages - 1, page);
+      mbar_wait(full_bar(t), (t / Tr::kStages) & 1);
       unsigned char* tile = stage(t);
       if (t < t_qkv) {
         const int rb = t / nk, kc = t % nk;
-        prepare_x_chunk(tile + kTileBytes, kc, rb == 0, sumsq);
+        prepare_x_chunk(tile + Tr::kWTileBytes, kc, rb == 0, sumsq);
         if (p.input_norm != nullptr) __syncthreads();
-        mma_tile(acc, tile, tile + kTileBytes, 0, true, 0);
+        mma_tile(acc, tile, tile + Tr::kWTileBytes, kRowPitch, 0);
         if (kc == nk - 1) {
           store_acc(acc, part() + rb * kB * D, D, kB);  // [rb][b][row]
           for (int j = 0; j < kNTiles; ++j)
@@ -568,7 +619,7 @@ struct FusedDecode {
           finish_attention();
         }
         const int to = t - t_qkv - t_attn, rb = to / o_col_tiles, kc = to % o_col_tiles;
-        mma_tile(acc, tile, reinterpret_cast<const unsigned char*>(o_s()), Tr::kOStride * 2, false,
+        mma_tile(acc, tile, reinterpret_cast<const unsigned char*>(o_s()), Tr::kOStride * 2,
                  kc * kTileCols * 2);
         if (kc == o_col_tiles - 1) {
           float* dst = p.partial + (int64_t(kv_head) * p.batch + b0) * p.hidden + o_row_begin + rb * kTileRows;
@@ -578,7 +629,6 @@ struct FusedDecode {
         }
       }
     }
-    cp_async_wait<0>();
   }
 };
 

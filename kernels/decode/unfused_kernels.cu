@@ -46,7 +46,7 @@ __device__ const T* cache_row(const UnfusedDecodeParams& p, const void* cache, i
     }
     row = int64_t{page} * p.page_size + t % p.page_size;
   } else {
-    row = int64_t{b} * p.max_context + t;
+    row = int64_t{b} * p.context_stride + t;
   }
   return static_cast<const T*>(cache) + (row * p.num_kv_heads + kv_head) * p.head_dim;
 }

@@ -24,7 +24,8 @@ struct UnfusedDecodeParams {
   void* k_cache = nullptr;           // the cache layouts of FusedDecodeParams
   void* v_cache = nullptr;
   const int32_t* page_table = nullptr;
-  int64_t pages_per_seq = 0, num_pages = 0, page_size = 16, max_context = 0;
+  int64_t pages_per_seq = 0, num_pages = 0, page_size = 16;
+  int64_t context_stride = 0;          // contiguous cache: rows per sequence (cache.k.size(1))
   const int32_t* positions = nullptr;  // [B]
   float softmax_scale = 0;
   float inv_freq[kHeadDim] = {};       // head_dim / 2 used (head_dim <= 2 * kHeadDim)

@@ -111,7 +111,7 @@ void reference_attention_block(const ModelConfig& m, const DecodeStep& step,
   }
   const std::vector<double> out = matmul_rows(w.wo, o, batch);
   for (int64_t i = 0; i < batch * hidden; ++i)
-    store_from_float(step.out.data(), dtype, i, float(out[size_t(i)]));
+    store_from_float(step.out.data(), step.out.dtype(), i, float(out[size_t(i)]));
 }
 
 }  // namespace tessera::decode

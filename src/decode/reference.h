@@ -10,7 +10,7 @@
 
 namespace tessera::decode {
 
-// Writes step.out and appends the new K/V to the cache at positions[b]. positions must already
+// Writes step.out (in its own dtype: f32 keeps the reference unrounded) and appends the new K/V to the cache at positions[b]. positions must already
 // be checked against the cache's capacity; page indices are checked here.
 void reference_attention_block(const ModelConfig& model, const DecodeStep& step,
                                const AttentionWeights& weights, const KvCache& cache,

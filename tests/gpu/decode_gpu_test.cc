@@ -206,6 +206,7 @@ TEST_F(DecodeGpu, BadPlansAreRefusedWithTheArgumentsName) {
   odd.num_heads = 64;
   odd.num_kv_heads = 64;
   o.model = odd;
+  o.impl = DecodeImpl::kFused;  // kAuto would take the unfused path for head_dim 64
   EXPECT_THROW(AttentionBlock{o}, Error);
 }
 

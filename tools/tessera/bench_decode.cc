@@ -28,6 +28,7 @@
 
 #include "bench/stream_read.h"
 #include "cluster/collective_launch.h"
+#include "decode/decode_launch.h"
 #endif
 
 namespace tessera::cli {
@@ -93,6 +94,7 @@ struct DecodeResult {
   int cluster = 0;
   std::string plan;  // AttentionBlock::describe(): where the cluster size came from
   double us = 0, bytes = 0;
+  int resident_clusters = 0;  // clusters of this size the device runs at once (fused)
 };
 
 DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t context,
@@ -149,6 +151,10 @@ DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t cont
   r.case_name = str(m.name, " b", batch, " ctx", context);
   r.cluster = block.impl() == decode::DecodeImpl::kFused ? block.cluster_size() : 0;
   r.plan = block.describe();
+  if (block.impl() == decode::DecodeImpl::kFused)
+    r.resident_clusters = decode::kernels::fused_decode_max_active_clusters(
+        decode::kernels::Element::kBF16, int(m.group_size()), int(std::min<int64_t>(batch, 16)),
+        block.cluster_size());
   r.us = median_us(s, 10, iters, [&] { cudaGraphLaunch(exec, s); });
   r.bytes = double(2 * q + 2 * kv) * m.hidden * 2 +              // weights
             double(batch) * (context - 1) * kv * 2 * 2;          // K and V read
@@ -177,8 +183,8 @@ int run_bench_decode(const std::vector<std::string>& args, int, char**) {
   const std::string gpu = device_name();
   const double gbps = measure_read_gbps(stream);
   std::printf("# streaming read: %.0f GB/s on %s\n", gbps, gpu.c_str());
-  std::printf("# %-28s %-8s %-8s %10s %10s %10s %9s\n", "case", "impl", "cluster", "median_us", "MB",
-              "roof_us", "roofline");
+  std::printf("# %-28s %-8s %-8s %9s %10s %10s %10s %9s\n", "case", "impl", "cluster", "resident",
+              "median_us", "MB", "roof_us", "roofline");
   std::vector<int> clusters;
   if (opt.text("cluster-sizes") != "auto")
     for (const std::string& c : opt.list("cluster-sizes")) clusters.push_back(std::stoi(c));
@@ -204,8 +210,9 @@ int run_bench_decode(const std::vector<std::string>& args, int, char**) {
             continue;
           }
           const double roof_us = r.bytes / gbps * 1e-3;
-          std::printf("  %-28s %-8s %-8d %10.1f %10.1f %10.1f %8.1f%%\n", r.case_name.c_str(),
-                      impl_name.c_str(), r.cluster, r.us, r.bytes / 1e6, roof_us, 100 * roof_us / r.us);
+          std::printf("  %-28s %-8s %-8d %9d %10.1f %10.1f %10.1f %8.1f%%\n", r.case_name.c_str(),
+                      impl_name.c_str(), r.cluster, r.resident_clusters, r.us, r.bytes / 1e6,
+                      roof_us, 100 * roof_us / r.us);
           std::fflush(stdout);
           BenchRecord rec;
           rec.bench = "decode";
@@ -220,6 +227,7 @@ int run_bench_decode(const std::vector<std::string>& args, int, char**) {
           rec.extra["roofline_fraction"] = roof_us / r.us;
           rec.extra["bytes"] = r.bytes;
           rec.extra["cluster_size"] = r.cluster;
+          if (r.resident_clusters > 0) rec.extra["resident_clusters"] = r.resident_clusters;
           rec.extra["read_gbps"] = gbps;
           rec.extra_text["plan"] = r.plan;
           rec.extra_text["kv_layout"] = opt.flag("paged") ? "paged16" : "contiguous";

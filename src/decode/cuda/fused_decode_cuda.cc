@@ -68,7 +68,8 @@ void cuda_fused_attention_block(const AttentionBlockOptions& o, int cluster_size
     p.page_size = cache.k.size(1);
     p.max_context = p.pages_per_seq * p.page_size;
   } else {
-    p.max_context = cache.k.size(1);
+    p.context_stride = cache.k.size(1);
+    p.max_context = p.context_stride;
   }
   p.max_context = std::min<int64_t>(p.max_context, o.max_context);
   p.positions = step.positions.data_as<const int32_t>();

@@ -92,7 +92,7 @@ void cuda_unfused_attention_block(const UnfusedPlan& plan, std::span<const float
     p.num_pages = cache.k.size(0);
     p.page_size = cache.k.size(1);
   } else {
-    p.max_context = cache.k.size(1);
+    p.context_stride = cache.k.size(1);
   }
   p.positions = step.positions.data_as<const int32_t>();
   p.softmax_scale = 1.0f / std::sqrt(float(m.head_dim));
