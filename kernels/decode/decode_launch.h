@@ -3,6 +3,8 @@
 // attention_block.h states what is computed; decode_sm90.cuh how.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 namespace tessera::decode::kernels {
@@ -12,6 +14,7 @@ enum class Element : int { kBF16 = 0, kF16 = 1 };
 inline constexpr int kHeadDim = 128;        // the head dimension the fused kernel takes
 inline constexpr int kMaxBatchTile = 16;    // sequences per CTA; larger batches tile over grid y
 inline constexpr int kHiddenAlign = 128;    // hidden / cluster_size must be a multiple of this
+inline constexpr int kMaxHiddenSlice = 4096;  // and at most this (the norm weight's slice is in smem)
 
 struct FusedDecodeParams {
   Element element = Element::kBF16;
@@ -41,7 +44,22 @@ struct FusedDecodeParams {
   float inv_freq[kHeadDim / 2] = {};
   float* partial = nullptr;  // workspace [Hkv, B, hidden]: each cluster's output projection
   void* out = nullptr;       // [B, hidden]
+  // TMA descriptors (src/decode/cuda/fused_tensor_maps.h): weight tiles of [128 rows, 64 columns]
+  // and x chunks of [batch tile, 64] with 128-byte swizzle; cache rows of [16 tokens, D]
+  // (CUtensorMap is 64-byte aligned by its own declaration).
+  CUtensorMap tm_wq;
+  CUtensorMap tm_wk;
+  CUtensorMap tm_wv;
+  CUtensorMap tm_wo;
+  CUtensorMap tm_x;
+  CUtensorMap tm_k;
+  CUtensorMap tm_v;
 };
+
+
+// Sequences per CTA (the kernel's batch tile): 8, or 16 for batches above 8 when the group is
+// below 8 (the group-8 kernel has no room for 16).
+inline int fused_decode_batch_tile(int group, int batch) { return batch > 8 && group < 8 ? 16 : 8; }
 
 // Whether a kernel exists for the group size (1, 2, 4, 8).
 bool fused_decode_group_supported(int group);

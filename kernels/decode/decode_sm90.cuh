@@ -4,10 +4,10 @@
 // attention_block.h states the math, src/decode/split_geometry.h the split.
 //
 // One CTA (8 warps) streams a "tape" of 16 KB tiles through a ring of kStages stages filled by
-// bulk copies (cp.async.bulk, the TMA engine's 1-D form: one instruction per 128- or 256-byte
-// row, completion counted in bytes on the stage's mbarrier), so few instructions move many
-// bytes and memory stays busy across phase changes (the next phase's first tiles are in flight
-// while the cluster reduces). Warp 0 issues; every warp waits on the stage's barrier:
+// TMA (one cp.async.bulk.tensor per weight tile, two per 16 cached tokens; completion counted
+// in bytes on the stage's mbarrier), so memory stays busy across phase changes (the next
+// phase's first tiles are in flight while the cluster reduces). Lanes of warp 0 issue; every
+// warp waits on the stage's barrier:
 //   QKV tiles   (G+2 row blocks of 128 rows) x (hidden/N / 64 columns): weights [128, 64] of
 //               the cluster's q heads, k head, v head, plus x [batch tile, 64]
 //   KV tiles    32 cached tokens of one sequence: K [32, D] and V [32, D]
@@ -43,14 +43,14 @@ constexpr int kTileCols = 64;     // weight columns per tile (128 bytes a row)
 constexpr int kTokensPerTile = 32;
 constexpr int kTileBytes = kTileRows * kTileCols * 2;  // = 2 * kTokensPerTile * kHeadDim * 2
 static_assert(kTileBytes == 2 * kTokensPerTile * kHeadDim * 2);
-constexpr int kRowPitch = kTileCols * 2 + 16;  // bytes per weight-tile row in shared memory
+constexpr int kTokensPerCopy = 16;  // cached tokens per TMA box (a page of the paged cache)
 
 template <typename T, int kGroup, int kNTiles>
 struct DecodeTraits {
   static constexpr int kBatchPad = 8 * kNTiles;  // the batch tile, as MMA columns
   static constexpr int kRowBlocks = kGroup + 2;  // q heads, k, v
-  static constexpr int kWTileBytes = kTileRows * kRowPitch;  // a weight tile, padded rows
-  static constexpr int kXChunkBytes = kBatchPad * kRowPitch;
+  static constexpr int kWTileBytes = kTileBytes;  // a weight tile, 128-byte swizzled rows
+  static constexpr int kXChunkBytes = kBatchPad * kTileCols * 2;
   static constexpr int kStageBytes = kWTileBytes + kXChunkBytes;
   static constexpr int kQkvFloats = kRowBlocks * kBatchPad * kHeadDim + kBatchPad;  // + sum sq
   static constexpr int kAttnFloats = kBatchPad * kGroup * (kHeadDim + 1);         // o, l
@@ -62,7 +62,8 @@ struct DecodeTraits {
       (kBatchPad * kGroup * kHeadDim * 4 > kBatchPad * (kGroup * kHeadDim + 8) * 2
            ? kBatchPad * kGroup * kHeadDim * 4 : kBatchPad * (kGroup * kHeadDim + 8) * 2) +
       kBatchPad * 2 * kHeadDim * 2 + kWarps * kGroup * (kHeadDim + 2) * 4 +
-      3 * kBatchPad * kGroup * 4 + (kBatchPad + 1) * 4 + 12 + 64 * 4 + 8 * 8 + 1024;
+      3 * kBatchPad * kGroup * 4 + (kBatchPad + 1) * 4 + 12 + 64 * 4 + kMaxHiddenSlice * 2 + 8 * 8 +
+      2048;
   static constexpr int kStagesFit = (227 * 1024 - kFixedBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit < 8 ? kStagesFit : 8;
   static_assert(kStages >= 3, "fused decode: too little shared memory for the stage ring");
@@ -80,8 +81,10 @@ struct DecodeTraits {
   static constexpr int kSNewOff = kMOwnOff + kBatchPad * kGroup * 4;         // new-token scores
   static constexpr int kTileStartOff = kSNewOff + kBatchPad * kGroup * 4;    // int [B+1]
   static constexpr int kScratchOff = kTileStartOff + (kBatchPad + 1) * 4 + 12;
-  static constexpr int kBarOff = kScratchOff + 64 * 4;  // the stages' mbarriers
-  static constexpr int kSmemBytes = kBarOff + kStages * 8;
+  static constexpr int kGammaOff = kScratchOff + 64 * 4;  // this CTA's slice of the norm weight
+  static constexpr int kBarOff = kGammaOff + kMaxHiddenSlice * 2;  // the stages' mbarriers
+  static_assert(kStageBytes % 1024 == 0, "TMA's 128-byte swizzle needs 1024-byte aligned stages");
+  static constexpr int kSmemBytes = kBarOff + kStages * 8 + 1024;  // + aligning the base to 1 KB
   static_assert(kSmemBytes <= 227 * 1024, "fused decode: shared memory over the sm90 limit");
 };
 
@@ -111,13 +114,12 @@ __device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   }
 }
-// `bytes` (a multiple of 16, both ends 16-byte aligned) from global to this CTA's shared
-// memory, completing on `bar`.
-__device__ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+// The box of `map` at (column c0, row c1) into this CTA's shared memory, completing on `bar`.
+__device__ inline void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-          smem_addr(dst)),
-      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
       : "memory");
 }
 // Orders this thread's generic-proxy shared-memory accesses before later bulk copies.
@@ -148,9 +150,9 @@ __device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
 }
-// A [rows][64] tile of 2-byte elements: 128 bytes of a row, padded to kRowPitch so that
-// ldmatrix's 8 rows start in 8 different bank groups (a bulk copy writes rows unswizzled).
-__device__ inline int padded(int row, int chunk) { return row * kRowPitch + chunk * 16; }
+// A [rows][64] tile of 2-byte elements as TMA's 128-byte swizzle lays it out: 128-byte rows,
+// 16-byte chunk c of row r at chunk c ^ (r % 8), so ldmatrix's 8 rows hit 8 bank groups.
+__device__ inline int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
 
 // exp2(m - m_max), the factor that rescales a softmax partial with maximum m to m_max; a
 // partial that saw no key (m = -inf) contributes nothing, also when m_max is -inf too.
@@ -193,6 +195,7 @@ struct FusedDecode {
   __device__ float* s_new() const { return reinterpret_cast<float*>(smem + Tr::kSNewOff); }
   __device__ int* tile_start() const { return reinterpret_cast<int*>(smem + Tr::kTileStartOff); }
   __device__ float* scratch() const { return reinterpret_cast<float*>(smem + Tr::kScratchOff); }
+  __device__ T* gamma_s() const { return reinterpret_cast<T*>(smem + Tr::kGammaOff); }
   __device__ unsigned char* stage(int t) const { return smem + Tr::kRingOff + (t % Tr::kStages) * Tr::kStageBytes; }
   __device__ uint64_t* full_bar(int t) const { return reinterpret_cast<uint64_t*>(smem + Tr::kBarOff) + t % Tr::kStages; }
 
@@ -210,25 +213,26 @@ struct FusedDecode {
     return page;
   }
 
-  // Address of cached token t of sequence b (this KV head), K or V; `page` is page_of(b, t)
-  // for a paged cache.
-  __device__ const T* cache_row(const void* cache, int b, int64_t t, int32_t page) const {
-    const int64_t row = p.page_table != nullptr ? int64_t{page} * p.page_size + t % p.page_size
-                                                : int64_t{b0 + b} * p.context_stride + t;
+  // Row of cached token t of sequence b in the cache viewed as [rows, Hkv * D]; `page` is
+  // page_of(b, t) for a paged cache.
+  __device__ int64_t cache_row_index(int b, int64_t t, int32_t page) const {
+    return p.page_table != nullptr ? int64_t{page} * p.page_size + t % p.page_size
+                                   : int64_t{b0 + b} * p.context_stride + t;
+  }
+  // Address of cached token t of sequence b (this KV head), K or V.
+  __device__ const T* cache_row(const void* cache, int b, int64_t t) const {
+    const int64_t row = cache_row_index(b, t, p.page_table != nullptr ? page_of(b, t) : 0);
     return static_cast<const T*>(cache) + (row * p.num_kv_heads + kv_head) * D;
   }
-  __device__ const T* cache_row(const void* cache, int b, int64_t t) const {
-    return cache_row(cache, b, t, p.page_table != nullptr ? page_of(b, t) : 0);
-  }
 
-  // For attention tile t: the page of this lane's token (row = lane), looked up one tile ahead
-  // so the page-table read is off warp 0's issue path.
+  // For attention tile t: the page of lane c's 16 tokens (c < 2), looked up one tile ahead so
+  // the page-table read is off warp 0's issue path.
   __device__ int32_t prefetch_page(int t) const {
     if (p.page_table == nullptr || t < t_qkv || t >= t_qkv + t_attn) return 0;
     int b, tok0, ntok;
     attn_tile(t - t_qkv, b, tok0, ntok);
-    const int lane = threadIdx.x % 32;
-    return lane < ntok ? page_of(b, tok0 + lane) : 0;
+    const int c = threadIdx.x % 32;
+    return c < 2 && c * kTokensPerCopy < ntok ? page_of(b, tok0 + c * kTokensPerCopy) : 0;
   }
 
   // ---- producer (warp 0): issue tile t of the tape into its stage ------------------------
@@ -239,40 +243,35 @@ struct FusedDecode {
     const int lane = threadIdx.x % 32;
     if (t < t_qkv) {
       const int rb = t / nk, kc = t % nk;
-      const T* w;
-      if (rb < kGroup) w = static_cast<const T*>(p.wq) + int64_t(kv_head * kGroup + rb) * D * p.hidden;
-      else if (rb == kGroup) w = static_cast<const T*>(p.wk) + int64_t(kv_head) * D * p.hidden;
-      else w = static_cast<const T*>(p.wv) + int64_t(kv_head) * D * p.hidden;
+      const CUtensorMap* map = rb < kGroup ? &p.tm_wq : (rb == kGroup ? &p.tm_wk : &p.tm_wv);
+      const int row0 = rb < kGroup ? (kv_head * kGroup + rb) * D : kv_head * D;
       const int col0 = k_begin + kc * kTileCols;
-      if (lane == 0) mbar_arrive_expect_tx(bar, (kTileRows + kB) * kTileCols * 2);
-      __syncwarp();
-      for (int row = lane; row < kTileRows; row += 32)
-        bulk_copy(st + row * kRowPitch, w + int64_t(row) * p.hidden + col0, kTileCols * 2, bar);
-      // Rows past the batch repeat its last sequence (their columns are never stored).
-      for (int b = lane; b < kB; b += 32)
-        bulk_copy(st + Tr::kWTileBytes + b * kRowPitch,
-                  static_cast<const T*>(p.x) + int64_t(b0 + min(b, nb - 1)) * p.hidden + col0,
-                  kTileCols * 2, bar);
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bar, Tr::kStageBytes);  // x rows past the batch arrive as zeros
+        tma_load_2d(st, map, col0, row0, bar);
+        tma_load_2d(st + Tr::kWTileBytes, &p.tm_x, col0, b0, bar);
+      }
     } else if (t < t_qkv + t_attn) {
       int b, tok0, ntok;
       attn_tile(t - t_qkv, b, tok0, ntok);
-      // K rows [32][D] then V rows [32][D], 256 bytes a row; rows past ntok are not read.
-      if (lane == 0) mbar_arrive_expect_tx(bar, 2 * ntok * D * 2);
+      // K rows [32][D] then V rows [32][D]; lane c loads tokens [16c, 16c + 16) of the tile
+      // (rows past ntok are loaded, or zero-filled past the cache, and never read).
+      const int copies = (ntok + kTokensPerCopy - 1) / kTokensPerCopy;
+      if (lane == 0) mbar_arrive_expect_tx(bar, copies * 2 * kTokensPerCopy * D * 2);
       __syncwarp();
-      if (lane < ntok) {  // ntok <= 32: a row a lane
-        bulk_copy(st + lane * D * 2, cache_row(p.k_cache, b, tok0 + lane, page), D * 2, bar);
-        bulk_copy(st + kTileBytes / 2 + lane * D * 2, cache_row(p.v_cache, b, tok0 + lane, page),
-                  D * 2, bar);
+      if (lane < copies) {
+        const int64_t tok = tok0 + lane * kTokensPerCopy;
+        const int row = int(cache_row_index(b, tok, page));
+        unsigned char* dst = st + lane * kTokensPerCopy * D * 2;
+        tma_load_2d(dst, &p.tm_k, kv_head * D, row, bar);
+        tma_load_2d(dst + kTileBytes / 2, &p.tm_v, kv_head * D, row, bar);
       }
     } else {
       const int to = t - t_qkv - t_attn, rb = to / o_col_tiles, kc = to % o_col_tiles;
-      const int64_t ld = int64_t(p.num_heads) * D;
-      const T* w = static_cast<const T*>(p.wo) + int64_t(o_row_begin + rb * kTileRows) * ld +
-                   int64_t(kv_head) * kGroup * D + kc * kTileCols;
-      if (lane == 0) mbar_arrive_expect_tx(bar, kTileRows * kTileCols * 2);
-      __syncwarp();
-      for (int row = lane; row < kTileRows; row += 32)
-        bulk_copy(st + row * kRowPitch, w + row * ld, kTileCols * 2, bar);
+      if (lane == 0) {
+        mbar_arrive_expect_tx(bar, kTileBytes);
+        tma_load_2d(st, &p.tm_wo, kv_head * kGroup * D + kc * kTileCols, o_row_begin + rb * kTileRows, bar);
+      }
     }
     page = prefetch_page(t + 1);
   }
@@ -289,20 +288,22 @@ struct FusedDecode {
   // ---- projections: one [128, 64] weight tile times the batch tile --------------------------
   // acc[j] covers rows warp*16 .. +16 and batch columns j*8 .. +8.
   __device__ void mma_tile(float (&acc)[kNTiles][4], const unsigned char* w_tile,
-                           const unsigned char* b_rows, int b_stride_bytes, int b_col_bytes) const {
+                           const unsigned char* b_rows, int b_stride_bytes, bool b_swizzled,
+                           int b_col_bytes) const {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 #pragma unroll
     for (int s = 0; s < kTileCols / 16; ++s) {
       uint32_t a[4];
       {
         const int m = lane / 8, row = warp * 16 + (m & 1) * 8 + lane % 8, chunk = s * 2 + (m >> 1);
-        ldmatrix_x4(a, w_tile + padded(row, chunk));
+        ldmatrix_x4(a, w_tile + swizzled(row, chunk));
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
         uint32_t bfrag[2];
         const int m = (lane / 8) & 1, nrow = j * 8 + lane % 8, chunk = s * 2 + m;
-        const unsigned char* addr = b_rows + nrow * b_stride_bytes + b_col_bytes + chunk * 16;
+        const unsigned char* addr = b_swizzled ? b_rows + swizzled(nrow, chunk)
+                                               : b_rows + nrow * b_stride_bytes + b_col_bytes + chunk * 16;
         ldmatrix_x2(bfrag, addr);
         mma16816<T>(acc[j], a, bfrag[0], bfrag[1]);
       }
@@ -331,8 +332,8 @@ struct FusedDecode {
     const int tid = threadIdx.x;
     if (tid < kB * 8) {
       const int b = tid / 8, chunk = tid % 8;
-      uint4* cell = reinterpret_cast<uint4*>(xs + padded(b, chunk));
-      Vec8<T> x{*cell}, g{*reinterpret_cast<const uint4*>(static_cast<const T*>(p.input_norm) + k_begin + kc * kTileCols + chunk * 8)};
+      uint4* cell = reinterpret_cast<uint4*>(xs + swizzled(b, chunk));
+      Vec8<T> x{*cell}, g{*reinterpret_cast<const uint4*>(gamma_s() + kc * kTileCols + chunk * 8)};
       float xf[8], gf[8];
       x.to_float(xf);
       g.to_float(gf);
@@ -421,29 +422,53 @@ struct FusedDecode {
     }
   }
 
+  // A half-warp takes kPer tokens of the tile at once: their scores reduce side by side and
+  // fold into the running softmax with one rescale.
   __device__ void attn_consume(AttnState& st, const unsigned char* tile, int ntok) const {
+    constexpr int kPer = kTokensPerTile / (2 * kWarps);
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, half = lane / 16, l16 = lane % 16;
+    float k[kPer][8], v[kPer][8];
+    bool valid[kPer];
 #pragma unroll
-    for (int i = 0; i < kTokensPerTile / (2 * kWarps); ++i) {
+    for (int i = 0; i < kPer; ++i) {
       const int row = warp * (kTokensPerTile / kWarps) + i * 2 + half;
-      float k[8], v[8];
-      Vec8<T>{*reinterpret_cast<const uint4*>(tile + row * 256 + l16 * 16)}.to_float(k);
-      Vec8<T>{*reinterpret_cast<const uint4*>(tile + kTileBytes / 2 + row * 256 + l16 * 16)}.to_float(v);
+      valid[i] = row < ntok;
+      Vec8<T>{*reinterpret_cast<const uint4*>(tile + row * 256 + l16 * 16)}.to_float(k[i]);
+      Vec8<T>{*reinterpret_cast<const uint4*>(tile + kTileBytes / 2 + row * 256 + l16 * 16)}.to_float(v[i]);
+    }
 #pragma unroll
-      for (int g = 0; g < kGroup; ++g) {
-        float s = 0;
+    for (int g = 0; g < kGroup; ++g) {
+      float s[kPer];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s += st.q[g][e] * k[e];
+      for (int i = 0; i < kPer; ++i) {
+        s[i] = 0;
 #pragma unroll
-        for (int o = 8; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-        if (row >= ntok) continue;
-        const float m_new = fmaxf(st.m[g], s);
-        const float corr = rescale(st.m[g], m_new), pr = exp2f(s - m_new);
-        st.l[g] = st.l[g] * corr + pr;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) st.o[g][e] = st.o[g][e] * corr + pr * v[e];
-        st.m[g] = m_new;
+        for (int e = 0; e < 8; ++e) s[i] += st.q[g][e] * k[i][e];
       }
+#pragma unroll
+      for (int o = 8; o > 0; o /= 2)
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) s[i] += __shfl_xor_sync(0xffffffffu, s[i], o);
+      float m_new = st.m[g];
+#pragma unroll
+      for (int i = 0; i < kPer; ++i)
+        if (valid[i]) m_new = fmaxf(m_new, s[i]);
+      const float corr = rescale(st.m[g], m_new);
+      float pr[kPer], psum = 0;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        pr[i] = valid[i] ? exp2f(s[i] - m_new) : 0.f;
+        psum += pr[i];
+      }
+      st.l[g] = st.l[g] * corr + psum;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float o = st.o[g][e] * corr;
+#pragma unroll
+        for (int i = 0; i < kPer; ++i) o += pr[i] * v[i][e];
+        st.o[g][e] = o;
+      }
+      st.m[g] = m_new;
     }
   }
 
@@ -562,6 +587,11 @@ struct FusedDecode {
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
+    if (p.input_norm != nullptr)  // read once here, not per tile on the QKV critical path
+      for (int i = threadIdx.x * 8; i < int(ks.size()); i += kThreads * 8)
+        *reinterpret_cast<uint4*>(gamma_s() + i) =
+            *reinterpret_cast<const uint4*>(static_cast<const T*>(p.input_norm) + k_begin + i);
+    __syncthreads();
     t_qkv = (kGroup + 2) * nk;
     t_attn = tile_start()[kB];
     t_o = o_row_blocks * o_col_tiles;
@@ -591,7 +621,7 @@ struct FusedDecode {
         const int rb = t / nk, kc = t % nk;
         prepare_x_chunk(tile + Tr::kWTileBytes, kc, rb == 0, sumsq);
         if (p.input_norm != nullptr) __syncthreads();
-        mma_tile(acc, tile, tile + Tr::kWTileBytes, kRowPitch, 0);
+        mma_tile(acc, tile, tile + Tr::kWTileBytes, 0, true, 0);
         if (kc == nk - 1) {
           store_acc(acc, part() + rb * kB * D, D, kB);  // [rb][b][row]
           for (int j = 0; j < kNTiles; ++j)
@@ -619,7 +649,7 @@ struct FusedDecode {
           finish_attention();
         }
         const int to = t - t_qkv - t_attn, rb = to / o_col_tiles, kc = to % o_col_tiles;
-        mma_tile(acc, tile, reinterpret_cast<const unsigned char*>(o_s()), Tr::kOStride * 2,
+        mma_tile(acc, tile, reinterpret_cast<const unsigned char*>(o_s()), Tr::kOStride * 2, false,
                  kc * kTileCols * 2);
         if (kc == o_col_tiles - 1) {
           float* dst = p.partial + (int64_t(kv_head) * p.batch + b0) * p.hidden + o_row_begin + rb * kTileRows;
@@ -634,7 +664,9 @@ struct FusedDecode {
 
 template <typename T, int kGroup, int kNTiles>
 __global__ void __launch_bounds__(kThreads, 1) fused_decode_kernel(const __grid_constant__ FusedDecodeParams params) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // TMA's 128-byte swizzle repeats every 1 KB: the ring starts on a 1 KB boundary.
+  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   // The head-sum kernel may start launching now; it waits for this grid's completion itself.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   FusedDecode<T, kGroup, kNTiles> k{params, smem};

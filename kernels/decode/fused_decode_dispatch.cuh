@@ -18,8 +18,8 @@ void* kernel_address() {
 // The kernel for (group, batch): batch tiles of 8 for batches up to 8 (and group 8), else 16.
 template <typename T>
 void* select_kernel(int group, int batch, int& smem_bytes, int& batch_tile) {
-  const bool wide = batch > 8 && group < 8;
-  batch_tile = wide ? 16 : 8;
+  batch_tile = fused_decode_batch_tile(group, batch);
+  const bool wide = batch_tile == 16;
 #define TESSERA_DECODE_CASE(G)                                                    \
   if (group == G) {                                                               \
     if (wide) {                                                                   \

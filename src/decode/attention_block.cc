@@ -20,10 +20,12 @@ namespace {
 
 constexpr int kFusedHeadDim = 128;    // kernels::kHeadDim
 constexpr int kFusedHiddenAlign = 128;  // kernels::kHiddenAlign
+constexpr int kFusedMaxHiddenSlice = 4096;  // kernels::kMaxHiddenSlice
 constexpr int kMaxClusterSize = 16;
 
 bool divides_hidden(int64_t hidden, int n, bool cuda) {
-  return hidden % n == 0 && (!cuda || (hidden / n) % kFusedHiddenAlign == 0);
+  return hidden % n == 0 &&
+         (!cuda || ((hidden / n) % kFusedHiddenAlign == 0 && hidden / n <= kFusedMaxHiddenSlice));
 }
 
 // Without a tuned table: the largest power-of-two cluster whose CTAs all run in one wave
@@ -117,7 +119,10 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
 #ifndef TESSERA_WITH_CUDA
     throw_error(ErrorCode::kUnsupported, "device = cuda: this build of Tessera has no cuda backend");
 #else
-    const std::string why_not = fused_unsupported_reason(m);
+    std::string why_not = fused_unsupported_reason(m);
+    if (why_not.empty() && options.paged && options.page_size % 16 != 0)
+      why_not = str("page_size = ", options.page_size,
+                    ": the fused decode kernel loads 16 cached tokens a copy (pages of a multiple of 16)");
     TESSERA_CHECK(options.impl != DecodeImpl::kFused || why_not.empty(), ErrorCode::kUnsupported,
                   "impl = fused: ", why_not);
     impl_ = options.impl == DecodeImpl::kUnfused || !why_not.empty() ? DecodeImpl::kUnfused
@@ -136,7 +141,7 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
                       "cluster_size = ", options.cluster_size, ": expected 0 (auto) or 1 to 16");
     TESSERA_CHECK_ARG(divides_hidden(m.hidden, options.cluster_size, cuda), "cluster_size = ",
                       options.cluster_size, ": expected a divisor of hidden = ", m.hidden,
-                      cuda ? " leaving a multiple of 128 per CTA" : "");
+                      cuda ? " leaving a multiple of 128, at most 4096, per CTA" : "");
     cluster_size_ = options.cluster_size;
   } else {
     cluster_size_ = default_cluster_size(options);
