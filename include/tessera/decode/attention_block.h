@@ -18,11 +18,12 @@
 // [r*hidden/N, (r+1)*hidden/N) of the output projection and writes a per-cluster partial,
 // which a second kernel adds over the clusters in a fixed order. No atomics: the output is
 // bitwise the same from run to run. The cpu backend runs the same split in float32
-// (decode_split.h) and a plain reference (reference.h) checks both.
+// (src/decode/split_emulation.h) and a float64 reference (src/decode/reference.h) checks both.
 //
 // Plan once (model, batch and context bounds, KV layout, device), then run() per step on a
-// stream: run() neither allocates, synchronizes nor encodes TMA descriptors, so it can be
-// captured in a CUDA graph.
+// stream: run() neither allocates nor synchronizes, so it can be captured in a CUDA graph. It
+// encodes the fused kernel's TMA descriptors on the host from the step's pointers (a few
+// microseconds of host time; a captured graph keeps them).
 #pragma once
 
 #include <cstdint>
