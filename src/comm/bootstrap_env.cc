@@ -33,7 +33,8 @@ namespace {
 const Param<int64_t> kHubPortOffset(
     "TESSERA_HUB_PORT_OFFSET", -1,
     "tcp bootstrap hub port = MASTER_PORT + this under torchrun/mpi/slurm launches; -1: 1 when "
-    "torchrun's agent holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), else 0");
+    "torchrun's agent holds MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True), else 0",
+    -1, 65535);
 
 std::optional<std::string> env_text(const char* name) {
   const char* value = std::getenv(name);

@@ -9,7 +9,8 @@ namespace tessera {
 
 namespace {
 const Param<std::string> kLogLevel("TESSERA_LOG_LEVEL", "warn",
-                                   "log verbosity: error, warn, info, debug, trace");
+                                   "log verbosity: error, warn, info, debug, trace",
+                                   {"error", "warn", "info", "debug", "trace"});
 thread_local int tls_rank = -1;
 
 LogLevel parse_level(const std::string& s) {

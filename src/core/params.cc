@@ -1,6 +1,9 @@
 #include "tessera/core/params.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 
 #include "tessera/core/error.h"
@@ -30,15 +33,21 @@ bool parse_value<bool>(const std::string& t, const char* name) {
 template <>
 int64_t parse_value<int64_t>(const std::string& t, const char* name) {
   char* end = nullptr;
+  errno = 0;
   long long v = std::strtoll(t.c_str(), &end, 10);
-  TESSERA_CHECK_ARG(!t.empty() && end && *end == '\0', name, " = '", t, "': expected an integer");
+  // strtoll skips leading blanks and saturates on overflow: both refused.
+  TESSERA_CHECK_ARG(!t.empty() && !std::isspace(static_cast<unsigned char>(t[0])) && end &&
+                        *end == '\0' && errno != ERANGE,
+                    name, " = '", t, "': expected an integer");
   return v;
 }
 template <>
 double parse_value<double>(const std::string& t, const char* name) {
   char* end = nullptr;
   double v = std::strtod(t.c_str(), &end);
-  TESSERA_CHECK_ARG(!t.empty() && end && *end == '\0', name, " = '", t, "': expected a number");
+  TESSERA_CHECK_ARG(!t.empty() && !std::isspace(static_cast<unsigned char>(t[0])) && end &&
+                        *end == '\0' && std::isfinite(v),
+                    name, " = '", t, "': expected a finite number");
   return v;
 }
 template <>
@@ -72,17 +81,42 @@ std::optional<std::string> ParamBase::env_text() const {
 }  // namespace detail
 
 template <typename T>
+void Param<T>::check_range(const T& value, const std::string& text) const {
+  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
+    if ((min_ && value < *min_) || (max_ && value > *max_)) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  str(name(), " = '", text, "': expected ",
+                      std::is_integral_v<T> ? "an integer" : "a number", " from ", *min_, " to ",
+                      *max_, " (", help(), ")"));
+    }
+  }
+  if (!choices_.empty() && std::find(choices_.begin(), choices_.end(), value) == choices_.end()) {
+    std::string expected;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      expected += str(i == 0 ? "" : i + 1 == choices_.size() ? " or " : ", ", to_text(choices_[i]));
+    }
+    throw_error(ErrorCode::kInvalidArgument,
+                str(name(), " = '", text, "': expected ", expected, " (", help(), ")"));
+  }
+}
+
+template <typename T>
 T Param<T>::get() const {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (override_) return *override_;
   }
-  if (auto text = env_text()) return parse_value<T>(*text, name());
+  if (auto text = env_text()) {
+    T value = parse_value<T>(*text, name());
+    check_range(value, *text);
+    return value;
+  }
   return default_;
 }
 
 template <typename T>
 void Param<T>::override(T value) const {
+  check_range(value, to_text(value));
   std::lock_guard<std::mutex> lock(mutex_);
   override_ = std::move(value);
 }
@@ -129,9 +163,20 @@ std::vector<ParamInfo> all_params() {
   return out;
 }
 
+void check_params() {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  std::vector<detail::ParamBase*> params = registry();
+  std::sort(params.begin(), params.end(), [](const detail::ParamBase* a, const detail::ParamBase* b) {
+    return std::string(a->name()) < b->name();
+  });
+  for (const detail::ParamBase* p : params) (void)p->current_string();
+}
+
+// A day at most: a longer bound is no bound, and ms counts beyond it overflow clock arithmetic.
 const Param<int64_t> kWaitTimeoutMs(
     "TESSERA_TIMEOUT_MS", 60000,
-    "bound on every wait for another rank (bootstrap, collectives, signals, barriers), in ms");
+    "bound on every wait for another rank (bootstrap, collectives, signals, barriers), in ms", 1,
+    86400000);
 
 int64_t wait_timeout_ms() { return kWaitTimeoutMs.get(); }
 

@@ -97,6 +97,32 @@ std::string AttentionShape::to_string() const {
              causal ? " causal" : "");
 }
 
+std::string shape_error(const AttentionShape& s) {
+  if (s.batch < 1) return str("batch = ", s.batch, ": expected >= 1");
+  if (s.seq_len < 0) return str("seq_len = ", s.seq_len, ": expected >= 0");
+  if (s.joint_tokens < 0) return str("joint_tokens = ", s.joint_tokens, ": expected >= 0");
+  if (s.seq_len > kMaxTokens - s.joint_tokens) {
+    return str("seq_len + joint_tokens = ", s.seq_len, " + ", s.joint_tokens,
+               ": expected at most 2^31 - 1 tokens");
+  }
+  if (s.heads < 1) return str("heads = ", s.heads, ": expected >= 1");
+  if (s.kv_heads < 1 || s.heads % s.kv_heads != 0) {
+    return str("kv_heads = ", s.kv_heads, ": expected a divisor of heads = ", s.heads);
+  }
+  if (s.head_dim < 1) return str("head_dim = ", s.head_dim, ": expected >= 1");
+  // [B, L + J, H + 2 Hkv, D] elements of at most 4 bytes (Q, K, V), and O as large as Q.
+  int64_t bytes = 4;
+  for (int64_t f : {s.batch, s.total_tokens(), 2 * int64_t(s.heads) + 2 * int64_t(s.kv_heads),
+                    int64_t(s.head_dim)}) {
+    if (__builtin_mul_overflow(bytes, f, &bytes) || bytes > kMaxShapeBytes) {
+      return str("shape ", s.to_string(),
+                 ": its Q, K, V and O would span more than 2^60 bytes: "
+                 "expected a smaller batch, sequence, head count or head_dim");
+    }
+  }
+  return "";
+}
+
 const char* slot_kind_name(SlotKind kind) {
   switch (kind) {
     case SlotKind::kQ:
@@ -137,9 +163,19 @@ bool Region::overlaps(const Region& o) const {
          head_begin < o.head_begin + o.head_count && o.head_begin < head_begin + head_count;
 }
 
+namespace {
+// "[begin,end)"; a corrupt region (the validator prints any) may have an end past int64.
+std::string half_open(int64_t begin, int64_t count) {
+  int64_t end = 0;
+  if (__builtin_add_overflow(begin, count, &end))
+    return str("[", begin, ",", begin, "+", count, ")");
+  return str("[", begin, ",", end, ")");
+}
+}  // namespace
+
 std::string Region::to_string() const {
-  return str("rows [", row_begin, ",", row_begin + row_count, ") heads [", head_begin, ",",
-             head_begin + head_count, ")");
+  return str("rows ", half_open(row_begin, row_count), " heads ",
+             half_open(head_begin, head_count));
 }
 
 std::vector<SlotPlane> slot_planes(const AttentionShape& shape, const SlotDesc& slot) {
@@ -177,11 +213,11 @@ int64_t cell_bytes(const AttentionShape& shape, SlotKind kind) {
   switch (kind) {
     case SlotKind::kQ:
     case SlotKind::kO:
-      return shape.head_dim * io;
+      return int64_t(shape.head_dim) * io;
     case SlotKind::kKV:
-      return 2 * shape.head_dim * io;
+      return 2 * int64_t(shape.head_dim) * io;
     case SlotKind::kPartial:
-      return shape.head_dim * part + int64_t(sizeof(float));
+      return int64_t(shape.head_dim) * part + int64_t(sizeof(float));
   }
   return 0;
 }

@@ -72,6 +72,8 @@ AttentionShape PlanRequest::shape() const {
   s.dtype = dtype;
   s.partial_dtype = pd;
   s.causal = causal;
+  const std::string problem = shape_error(s);  // sizes whose byte counts would overflow
+  TESSERA_CHECK_ARG(problem.empty(), problem);
   return s;
 }
 

@@ -30,6 +30,8 @@ std::string ValidationReport::to_string(size_t max_errors) const {
 namespace {
 
 constexpr size_t kMaxErrors = 200;
+// Streams per rank a plan may use (planners use a handful); bounds the validator's tables.
+constexpr int kMaxStreams = 64;
 constexpr int kMaxCoverageMessages = 8;
 
 using Clock = std::vector<int32_t>;
@@ -214,8 +216,10 @@ class Validator {
     }
     const SlotDesc& slot = rp.slots[ref.slot];
     const Region& r = ref.region;
-    if (r.row_begin < 0 || r.row_count < 0 || r.row_begin + r.row_count > slot.rows ||
-        r.head_begin < 0 || r.head_count < 0 || r.head_begin + r.head_count > slot.heads) {
+    // Written so that no sum can overflow, whatever the plan holds.
+    if (r.row_begin < 0 || r.row_count < 0 || r.row_begin > slot.rows ||
+        r.row_count > slot.rows - r.row_begin || r.head_begin < 0 || r.head_count < 0 ||
+        r.head_begin > slot.heads || r.head_count > slot.heads - r.head_begin) {
       error(str(where(at), ": ", what, " ", r.to_string(), " is outside slot ",
                 slot_name(rank, ref.slot), " of rank ", rank, " (", slot.rows, " rows, ",
                 slot.heads, " heads)"));
@@ -324,6 +328,14 @@ class Validator {
     return true;
   }
 
+  // The run's positions increase and lie in [0, total); decided without computing any
+  // position that could overflow (a corrupt plan may hold any values).
+  static bool increasing_inside(const TokenRun& t, int64_t total) {
+    if (t.start < 0 || t.start >= total) return false;
+    if (t.count == 1) return true;
+    return t.stride > 0 && t.count - 1 <= (total - 1 - t.start) / t.stride;
+  }
+
   bool check_operand(StepRef at, const AttnOperand& op, SlotKind kind, const char* what) {
     if (!region_ok(at.rank, op.ref, at, what) || !expect_kind(at.rank, op.ref, kind, at, what)) {
       return false;
@@ -335,18 +347,17 @@ class Validator {
       ok = false;
     }
     const int64_t total = plan_.shape.total_tokens();
-    if (op.positions.count > 0 &&
-        (op.positions.start < 0 || op.positions.last() >= total || op.positions.last() < 0 ||
-         (op.positions.count > 1 && op.positions.stride <= 0))) {
+    if (op.positions.count > 0 && !increasing_inside(op.positions, total)) {
       error(str(where(at), ": ", what, " positions ", op.positions.to_string(),
                 " leave the sequence [0,", total, ") or do not increase"));
       ok = false;
     }
     const int heads = kind == SlotKind::kKV ? plan_.shape.kv_heads : plan_.shape.heads;
-    if (op.first_head < 0 || op.first_head + op.ref.region.head_count > heads) {
-      error(str(where(at), ": ", what, " heads [", op.first_head, ",",
-                op.first_head + op.ref.region.head_count, ") are outside the ", heads, " ",
-                kind == SlotKind::kKV ? "kv" : "query", " heads"));
+    const int64_t head_end = int64_t(op.first_head) + op.ref.region.head_count;
+    if (op.first_head < 0 || head_end > heads) {
+      error(str(where(at), ": ", what, " heads [", op.first_head, ",", head_end,
+                ") are outside the ", heads, " ", kind == SlotKind::kKV ? "kv" : "query",
+                " heads"));
       ok = false;
     }
     return ok;
@@ -408,17 +419,15 @@ class Validator {
     bool ok = true;
     if (p.world_size < 1 || int(p.ranks.size()) != p.world_size ||
         int(p.machine_of_rank.size()) != p.world_size ||
-        p.links.size() != size_t(p.world_size) * p.world_size || p.num_streams < 1) {
+        p.links.size() != size_t(p.world_size) * p.world_size || p.num_streams < 1 ||
+        p.num_streams > kMaxStreams) {
       error(str("plan has world_size ", p.world_size, ", ", p.ranks.size(), " rank programs, ",
                 p.machine_of_rank.size(), " machine entries, ", p.links.size(), " links and ",
-                p.num_streams, " streams: expected P, P, P, P*P and >= 1"));
+                p.num_streams, " streams: expected P, P, P, P*P and 1..", kMaxStreams));
       return false;
     }
-    if (s.batch < 1 || s.seq_len < 0 || s.joint_tokens < 0 || s.heads < 1 || s.kv_heads < 1 ||
-        s.heads % s.kv_heads != 0 || s.head_dim < 1) {
-      error(str("plan shape ", s.to_string(),
-                " is invalid: expected batch, heads, kv_heads, head_dim >= 1 and kv_heads "
-                "dividing heads"));
+    if (const std::string problem = shape_error(s); !problem.empty()) {
+      error(str("plan shape ", s.to_string(), " is invalid: ", problem));
       return false;
     }
     P_ = p.world_size;

@@ -11,7 +11,10 @@
 // causal (the usual convention, so numbers compare with other reports). Correctness: sampled
 // query rows against the float32 reference with FlashAttention-3's tolerance rule.
 #include <algorithm>
+#include <cerrno>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -65,9 +68,11 @@ AttnCase parse_case(const std::string& text) {
     start = end + 1;
     auto number = [&](size_t skip) {
       char* stop = nullptr;
+      errno = 0;
       const long long v = std::strtoll(part.c_str() + skip, &stop, 10);
-      TESSERA_CHECK_ARG(stop && *stop == '\0' && v > 0, "--cases: '", part, "' in '", text,
-                        "': expected a positive number after '", part.substr(0, skip), "'");
+      TESSERA_CHECK_ARG(stop && *stop == '\0' && errno != ERANGE && v > 0 && v <= INT32_MAX,
+                        "--cases: '", part, "' in '", text, "': expected a number from 1 to ",
+                        INT32_MAX, " after '", part.substr(0, skip), "'");
       return int64_t(v);
     };
     if (part == "causal") {
@@ -390,10 +395,11 @@ int run_bench_attn(const std::vector<std::string>& args, int, char**) {
   TESSERA_CHECK(!on_cpu || opt.flag("cpu"), ErrorCode::kUnsupported,
                 "bench attn: no CUDA device; pass --cpu (and small --cases) to time the reference");
   const Stream stream = on_cpu ? Stream::cpu() : Stream::create_cuda(0);
-  const uint32_t seed = uint32_t(opt.integer("seed"));
-  const int warmup = int(opt.integer("warmup")), min_iters = int(opt.integer("min-iters"));
-  const double target_ms = opt.number("target-ms");
-  const int check = int(opt.integer("check-rows"));
+  const uint32_t seed = uint32_t(opt.integer("seed", 0, UINT32_MAX));
+  const int warmup = int(opt.integer("warmup", 0, 1000000));
+  const int min_iters = int(opt.integer("min-iters", 1, 1000000));
+  const double target_ms = opt.number("target-ms", 0, 3.6e6);
+  const int check = int(opt.integer("check-rows", 0, INT32_MAX));
   const std::string gpu = on_cpu ? "cpu" : gpu_name();
 
   std::vector<Result> mine;

@@ -328,8 +328,10 @@ const std::vector<std::string> kAllOps = {"all_to_all", "all_gather", "reduce_sc
 int run_bench_comm(const std::vector<std::string>& args, int argc, char** argv) {
   Options opt("bench comm",
               {{"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
-               {"nranks", "0", "ranks: 0 = every visible GPU (cuda) or 4 (cpu)"},
-               {"ops", "all", "comma list of " + std::string("all_to_all,all_gather,reduce_scatter,sendrecv,put,get,peer_copy")},
+               {"nranks", "", "ranks (default: every visible GPU on cuda, 4 on cpu)"},
+               {"ops", "all",
+                "comma list of " +
+                    std::string("all_to_all,all_gather,reduce_scatter,sendrecv,put,get,peer_copy")},
                {"min-bytes", "1M", "smallest size"},
                {"max-bytes", "", "largest size (default 256M on cuda, 4M on cpu)"},
                {"step-factor", "4", "multiply the size by this between cases"},
@@ -349,9 +351,9 @@ int run_bench_comm(const std::vector<std::string>& args, int argc, char** argv) 
   }
   RankLaunch launch;
   launch.backend = opt.text("backend");
-  launch.nranks = int(opt.integer("nranks"));
-  apply_emulation_options(int(opt.integer("emulate-nodes")), opt.text("link"), opt.number("link-gbps"),
-                          opt.number("link-latency-us"), launch.context);
+  launch.nranks = nranks_option(opt.text("nranks"));
+  apply_emulation_options(int(opt.integer("emulate-nodes", 1, 4096)), opt.text("link"),
+                          opt.number("link-gbps"), opt.number("link-latency-us"), launch.context);
   launch.context.heap_transport = opt.text("heap");
   std::vector<std::string> ops = opt.text("ops") == "all" ? kAllOps : opt.list("ops");
   for (const auto& op : ops) {
@@ -362,14 +364,20 @@ int run_bench_comm(const std::vector<std::string>& args, int argc, char** argv) 
   size_t max_bytes = opt.given("max-bytes") && !opt.text("max-bytes").empty()
                          ? opt.bytes("max-bytes") : (on_gpu ? size_t(256) << 20 : size_t(4) << 20);
   std::vector<size_t> sizes;
-  int64_t factor = opt.integer("step-factor");
-  TESSERA_CHECK_ARG(factor >= 2, "--step-factor = ", factor, ": expected >= 2");
-  for (size_t b = opt.bytes("min-bytes"); b <= max_bytes; b *= size_t(factor)) sizes.push_back(b);
+  const size_t factor = size_t(opt.integer("step-factor", 2, 1024));
+  const size_t min_bytes = opt.bytes("min-bytes");
+  TESSERA_CHECK_ARG(min_bytes >= 1, "--min-bytes = '", opt.text("min-bytes"), "': expected >= 1");
+  // max_bytes <= 2^62 and factor <= 2^10: the last product cannot wrap.
+  for (size_t b = min_bytes; b <= max_bytes; b *= factor) sizes.push_back(b);
   TESSERA_CHECK_ARG(!sizes.empty(), "--min-bytes ", opt.text("min-bytes"), " exceeds --max-bytes");
-  launch.context.heap_bytes = max_bytes * 2 + (size_t(64) << 20);
-  if (opt.integer("iters") < 1 || opt.integer("warmup") < 0) {
-    throw_error(ErrorCode::kInvalidArgument, "--iters must be >= 1 and --warmup >= 0");
-  }
+  // Checked here, read again where the timing loops run.
+  (void)opt.integer("iters", 1, 1000000);
+  (void)opt.integer("warmup", 0, 1000000);
+  // Send and receive buffers of the largest size on every rank, in the symmetric heap.
+  const size_t heap = saturating_product({max_bytes, 2});
+  check_memory_fits(launch, heap, "--max-bytes", format_bytes(max_bytes),
+                    "a send and a receive buffer of --max-bytes per rank");
+  launch.context.heap_bytes = heap + (size_t(64) << 20);
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     CommBench bench(ctx, opt);
     bool wants_one_sided = std::any_of(ops.begin(), ops.end(), [](const std::string& o) {

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -132,7 +133,7 @@ struct Shape {
 template <typename Fn>
 double timed_median_us(RankContext& ctx, const Options& opt, const Fn& fn) {
   const Stream& s = ctx.stream;
-  for (int i = 0; i < int(opt.integer("warmup")); ++i) fn();
+  for (int64_t i = 0; i < opt.integer("warmup"); ++i) fn();
   const int iters = int(opt.integer("iters"));
   std::vector<Event> starts, ends;
   for (int i = 0; i < iters; ++i) {
@@ -344,7 +345,7 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
   Options opt(
       "bench sp",
       {{"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
-       {"nranks", "0", "ranks: 0 = every visible GPU (cuda) or 4 (cpu)"},
+       {"nranks", "", "ranks (default: every visible GPU on cuda, 4 on cpu)"},
        {"methods", kDefaultMethods,
         "comma list of ring, ulysses, usp, tas, torus, mesh, auto, each optionally "
         ":one-sided (symmetric memory) or :two-sided"},
@@ -374,57 +375,61 @@ int run_bench_sp(const std::vector<std::string>& args, int argc, char** argv) {
   }
   RankLaunch launch;
   launch.backend = opt.text("backend");
-  launch.nranks = int(opt.integer("nranks"));
-  apply_emulation_options(int(opt.integer("emulate-nodes")), opt.text("link"),
+  launch.nranks = nranks_option(opt.text("nranks"));
+  apply_emulation_options(int(opt.integer("emulate-nodes", 1, 4096)), opt.text("link"),
                           opt.number("link-gbps"), opt.number("link-latency-us"), launch.context);
   launch.context.heap_transport = opt.text("heap");
   const bool on_gpu = launch.backend == "cuda" || (launch.backend == "auto" && cuda_available());
   auto or_default = [&](const std::string& name, const char* gpu, const char* cpu) {
     return opt.text(name).empty() ? std::string(on_gpu ? gpu : cpu) : opt.text(name);
   };
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
   std::vector<int64_t> seqs;
-  {
-    const std::string text = or_default("seq", "16384", "128");
-    size_t start = 0;
-    while (start <= text.size()) {
-      const size_t comma = std::min(text.find(',', start), text.size());
-      const std::string item = text.substr(start, comma - start);
-      TESSERA_CHECK_ARG(!item.empty() && item.find_first_not_of("0123456789") == std::string::npos,
-                        "--seq: '", item, "': expected a comma list of positive integers");
-      seqs.push_back(std::stoll(item));
-      start = comma + 1;
-    }
-  }
+  for (const std::string& item : Options::split(or_default("seq", "16384", "128")))
+    seqs.push_back(parse_integer(item, "--seq", 1, std::numeric_limits<int64_t>::max()));
+  TESSERA_CHECK_ARG(!seqs.empty(), "--seq = '", opt.text("seq"),
+                    "': expected a comma list of sequence lengths");
   Shape base;
-  base.batch = opt.integer("batch");
-  base.heads = int(std::stoll(or_default("heads", "24", "4")));
-  base.kv_heads = int(opt.integer("kv-heads"));
+  base.batch = opt.integer("batch", 1, kMaxInt);
+  base.heads = int(parse_integer(or_default("heads", "24", "4"), "--heads", 1, kMaxInt));
+  base.kv_heads = int(opt.integer("kv-heads", 0, base.heads));
   if (base.kv_heads == 0) base.kv_heads = base.heads;
-  base.head_dim = int(std::stoll(or_default("head-dim", "128", "16")));
-  base.joint = opt.integer("joint");
+  TESSERA_CHECK_ARG(base.heads % base.kv_heads == 0, "--kv-heads = ", base.kv_heads,
+                    ": expected a divisor of --heads = ", base.heads, " (or 0 for all)");
+  base.head_dim = int(parse_integer(or_default("head-dim", "128", "16"), "--head-dim", 1, kMaxInt));
+  base.joint = opt.integer("joint", 0, std::numeric_limits<int64_t>::max());
   base.causal = opt.flag("causal");
-  base.dtype = parse_dtype(opt.text("dtype"), "--dtype");
+  base.dtype = parse_attention_dtype(opt.text("dtype"), "--dtype");
   std::vector<MethodSpec> methods;
   for (const std::string& m : opt.list("methods")) methods.push_back(parse_method_spec(m));
-  TESSERA_CHECK_ARG(opt.integer("iters") >= 1 && opt.integer("warmup") >= 0,
-                    "--iters = ", opt.integer("iters"), ", --warmup = ", opt.integer("warmup"),
-                    ": expected iters >= 1 and warmup >= 0");
+  TESSERA_CHECK_ARG(!methods.empty(), "--methods = '", opt.text("methods"),
+                    "': expected a comma list of methods");
+  // Checked here, read again where the timing loops run.
+  (void)opt.integer("iters", 1, 1000000);
+  (void)opt.integer("warmup", 0, 1000000);
   // Symmetric heaps never free: room for every method that may be one-sided (auto included),
   // each with up to two copies of the whole sequence's Q, K, V (Ulysses' exchange buffers are
-  // the whole sequence for a head group; staging and ring buffers are smaller).
+  // the whole sequence for a head group; staging and ring buffers are smaller). Checked
+  // against the memory there is, so a huge --seq is refused naming it.
+  const int64_t longest = *std::max_element(seqs.begin(), seqs.end());
   size_t per_method = 0;
   for (int64_t L : seqs) {
-    const int64_t T = L + base.joint;
-    per_method = std::max(
-        per_method, size_t(base.batch * T * (base.heads + 2 * base.kv_heads) * base.head_dim) *
-                        dtype_size(base.dtype) * 2);
+    const size_t tokens = size_t(L) + size_t(base.joint);  // both < 2^63: no overflow
+    per_method = std::max(per_method,
+                          saturating_product({size_t(base.batch), tokens,
+                                              size_t(base.heads) + 2 * size_t(base.kv_heads),
+                                              size_t(base.head_dim), dtype_size(base.dtype), 2}));
   }
   size_t one_sided = 0;
   for (const MethodSpec& m : methods) {
     one_sided += m.comm == sp::CommMode::kOneSided || m.method == Method::kAuto;
   }
-  launch.context.heap_bytes =
-      per_method * seqs.size() * std::max<size_t>(one_sided, 1) + (size_t(64) << 20);
+  const size_t heap = saturating_product({per_method, seqs.size(), std::max<size_t>(one_sided, 1)});
+  check_memory_fits(launch, std::max(per_method, heap), "--seq", str(longest),
+                    str("two copies of Q, K, V of ", longest, " + ", base.joint,
+                        " joint tokens, B ", base.batch, " H ", base.heads, " Hkv ", base.kv_heads,
+                        " D ", base.head_dim, " ", dtype_name(base.dtype), ", per rank"));
+  launch.context.heap_bytes = heap + (size_t(64) << 20);
 
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     std::string cost = opt.text("cost");

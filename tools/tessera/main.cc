@@ -6,6 +6,7 @@
 
 #include "command.h"
 #include "tessera/core/error.h"
+#include "tessera/core/params.h"
 
 namespace tessera::cli {
 
@@ -63,6 +64,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // A bad TESSERA_* value fails here, once, naming it; `info` shows every value instead.
+    if (best->name != "info") tessera::check_params();
     std::vector<std::string> rest(words.begin() + long(best_words), words.end());
     return best->run(rest, argc, argv);
   } catch (const std::exception& e) {

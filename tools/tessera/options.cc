@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 
 #include "tessera/core/error.h"
@@ -77,29 +79,52 @@ const std::string& Options::text(const std::string& name) const {
   return values_.at(name);
 }
 
-int64_t Options::integer(const std::string& name) const {
+int64_t Options::integer(const std::string& name, int64_t min, int64_t max) const {
+  return parse_integer(text(name), "--" + name, min, max);
+}
+
+double Options::number(const std::string& name, double min, double max) const {
   const std::string& t = text(name);
   char* end = nullptr;
-  long long v = std::strtoll(t.c_str(), &end, 10);
-  TESSERA_CHECK_ARG(!t.empty() && *end == '\0', "tessera ", command_, ": --", name, " = '", t,
-                    "': expected an integer");
+  const double v = std::strtod(t.c_str(), &end);
+  const bool bounded =
+      min > std::numeric_limits<double>::lowest() || max < std::numeric_limits<double>::max();
+  TESSERA_CHECK_ARG(!t.empty() && *end == '\0' && std::isfinite(v) && v >= min && v <= max, "--",
+                    name, " = '", t, "': expected a finite number",
+                    bounded ? str(" from ", min, " to ", max) : std::string());
   return v;
 }
 
-double Options::number(const std::string& name) const {
-  const std::string& t = text(name);
+std::vector<int64_t> Options::integers(const std::string& name, int64_t min, int64_t max) const {
+  std::vector<int64_t> out;
+  for (const std::string& item : list(name))
+    out.push_back(parse_integer(item, "--" + name, min, max));
+  TESSERA_CHECK_ARG(!out.empty(), "--", name, " = '", text(name),
+                    "': expected a comma list of integers from ", min, " to ", max);
+  return out;
+}
+
+int64_t parse_integer(const std::string& text, const std::string& what, int64_t min, int64_t max) {
   char* end = nullptr;
-  double v = std::strtod(t.c_str(), &end);
-  TESSERA_CHECK_ARG(!t.empty() && *end == '\0', "tessera ", command_, ": --", name, " = '", t,
-                    "': expected a number");
+  errno = 0;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  const bool whole = !text.empty() && *end == '\0' && errno != ERANGE;
+  const std::string range = max == std::numeric_limits<int64_t>::max()
+                                ? str(">= ", min)
+                                : str("from ", min, " to ", max);
+  TESSERA_CHECK_ARG(whole && v >= min && v <= max, what, " = '", text, "': expected an integer ",
+                    range);
   return v;
 }
 
 size_t Options::bytes(const std::string& name) const { return parse_bytes(text(name), "--" + name); }
 
 std::vector<std::string> Options::list(const std::string& name) const {
+  return split(text(name));
+}
+
+std::vector<std::string> Options::split(const std::string& t) {
   std::vector<std::string> out;
-  const std::string& t = text(name);
   size_t start = 0;
   while (start <= t.size()) {
     size_t comma = t.find(',', start);
@@ -112,6 +137,7 @@ std::vector<std::string> Options::list(const std::string& name) const {
 }
 
 size_t parse_bytes(const std::string& text, const std::string& what) {
+  constexpr double kMaxBytes = double(int64_t(1) << 62);
   char* end = nullptr;
   double v = std::strtod(text.c_str(), &end);
   std::string suffix(end ? end : "");
@@ -120,13 +146,16 @@ size_t parse_bytes(const std::string& text, const std::string& what) {
   else if (suffix == "M" || suffix == "m" || suffix == "MiB") scale = 1024.0 * 1024;
   else if (suffix == "G" || suffix == "g" || suffix == "GiB") scale = 1024.0 * 1024 * 1024;
   else if (!suffix.empty() && suffix != "B") v = -1;
-  TESSERA_CHECK_ARG(!text.empty() && end != text.c_str() && v >= 0, what, " = '", text,
-                    "': expected a byte count such as 4096, 512K, 64M or 1G");
+  // !(x <= max) also rejects NaN.
+  TESSERA_CHECK_ARG(!text.empty() && end != text.c_str() && v >= 0 && v * scale <= kMaxBytes, what,
+                    " = '", text,
+                    "': expected a byte count such as 4096, 512K, 64M or 1G (at most 2^62)");
   return size_t(v * scale);
 }
 
 std::vector<size_t> power_of_two_range(size_t lo, size_t hi) {
-  TESSERA_CHECK_ARG(lo > 0 && lo <= hi, "size range ", lo, "..", hi, ": expected 0 < min <= max");
+  TESSERA_CHECK_ARG(lo > 0 && lo <= hi && hi <= (size_t(1) << 62), "size range ", lo, "..", hi,
+                    ": expected 0 < min <= max <= 2^62");
   std::vector<size_t> out;
   for (size_t s = lo; s <= hi; s *= 2) out.push_back(s);
   return out;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -28,12 +29,20 @@ class Options {
   bool flag(const std::string& name) const;
   bool given(const std::string& name) const;
   const std::string& text(const std::string& name) const;
-  int64_t integer(const std::string& name) const;
-  double number(const std::string& name) const;
+  // The value as an integer in [min, max]; throws naming the option and the range otherwise
+  // (also when the text overflows int64).
+  int64_t integer(const std::string& name, int64_t min = std::numeric_limits<int64_t>::min(),
+                  int64_t max = std::numeric_limits<int64_t>::max()) const;
+  // A finite number in [min, max].
+  double number(const std::string& name, double min = std::numeric_limits<double>::lowest(),
+                double max = std::numeric_limits<double>::max()) const;
+  // A comma list of integers, each in [min, max]; at least one.
+  std::vector<int64_t> integers(const std::string& name, int64_t min, int64_t max) const;
   // "64M", "1G", "4096", "512K": powers of two (K = 1024).
   size_t bytes(const std::string& name) const;
-  // A comma list of text values.
+  // A comma list of text values (empty items left out).
   std::vector<std::string> list(const std::string& name) const;
+  static std::vector<std::string> split(const std::string& comma_list);
 
  private:
   const OptionSpec& spec(const std::string& name) const;
@@ -45,8 +54,11 @@ class Options {
 };
 
 // Parses "64M" / "1G" / "4096" / "512K" (powers of two); `what` names the source in errors.
+// At most 2^62 bytes (larger counts are surely a mistake and would overflow arithmetic).
 size_t parse_bytes(const std::string& text, const std::string& what);
-// "1M".."256M" -> every power of two from lo to hi inclusive.
+// Decimal integer in [min, max]; `what` ("--seq") names the source in errors.
+int64_t parse_integer(const std::string& text, const std::string& what, int64_t min, int64_t max);
+// "1M".."256M" -> every power of two from lo to hi inclusive (hi at most 2^62).
 std::vector<size_t> power_of_two_range(size_t lo, size_t hi);
 std::string format_bytes(size_t bytes);  // "64M", "1G", "512K", "100B"
 

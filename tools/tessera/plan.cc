@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 
 #include "bench_record.h"
 #include "command.h"
@@ -46,10 +47,19 @@ int run_plan(const std::vector<std::string>& args, int, char**) {
   ContextOptions link_options;
   apply_emulation_options(1, opt.text("link"), opt.number("link-gbps"),
                           opt.number("link-latency-us"), link_options);
-  const int machines = int(opt.integer("machines"));
-  const int per_machine = int(opt.integer("gpus-per-machine"));
-  TESSERA_CHECK_ARG(machines >= 1 && per_machine >= 1, "--machines = ", machines,
-                    ", --gpus-per-machine = ", per_machine, ": expected both >= 1");
+  const int machines = int(opt.integer("machines", 1, 4096));
+  const int per_machine = int(opt.integer("gpus-per-machine", 1, 4096));
+  // Plans grow with P^2 transfers: beyond a few thousand ranks a plan takes minutes.
+  TESSERA_CHECK_ARG(machines * per_machine <= 4096, "--machines = ", machines,
+                    ", --gpus-per-machine = ", per_machine, ": expected at most 4096 ranks in all");
+  constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+  const int64_t batch = opt.integer("batch", 1, kMaxInt);
+  const int heads = int(opt.integer("heads", 1, kMaxInt));
+  const int kv_heads = int(opt.integer("kv-heads", 0, heads));
+  TESSERA_CHECK_ARG(kv_heads == 0 || heads % kv_heads == 0, "--kv-heads = ", kv_heads,
+                    ": expected a divisor of --heads = ", heads, " (or 0 for all)");
+  const int head_dim = int(opt.integer("head-dim", 1, kMaxInt));
+  const int64_t joint = opt.integer("joint", 0, std::numeric_limits<int64_t>::max());
   const Topology topology = sp::synthetic_topology(machines, per_machine, link_options.emulated_link);
   sp::CostModel model = sp::CostModel::for_topology(topology);
   model.apply(opt.text("cost"));
@@ -61,13 +71,14 @@ int run_plan(const std::vector<std::string>& args, int, char**) {
               link_options.emulated_link.latency_us);
   for (const std::string& seq_text : opt.list("seq")) {
     sp::PlanRequest req;
-    req.batch = opt.integer("batch");
-    req.seq_len = parse_bytes(seq_text, "--seq");
-    req.heads = int(opt.integer("heads"));
-    req.kv_heads = int(opt.integer("kv-heads"));
-    req.head_dim = int(opt.integer("head-dim"));
+    req.batch = batch;
+    req.seq_len = int64_t(parse_bytes(seq_text, "--seq"));  // "64K" = 65536 tokens
+    TESSERA_CHECK_ARG(req.seq_len >= 1, "--seq = '", seq_text, "': expected >= 1 token");
+    req.heads = heads;
+    req.kv_heads = kv_heads;
+    req.head_dim = head_dim;
     req.causal = opt.flag("causal");
-    req.joint_tokens = opt.integer("joint");
+    req.joint_tokens = joint;
     req.topology = topology;
     const sp::AttentionShape shape = req.shape();
     const int64_t T = req.joint_tokens + req.seq_len;

@@ -4,7 +4,9 @@
 //   cpu:  `nranks` threads of this process (the cpu backend), in `machines` machines.
 #pragma once
 
+#include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 #include "tessera/comm/context.h"
@@ -16,6 +18,19 @@ struct RankLaunch {
   int nranks = 0;                // 0: every visible GPU (cuda) / 4 (cpu)
   ContextOptions context;
 };
+
+// --nranks: left out (or empty) means the default (0 here); given, it must be 1..4096.
+int nranks_option(const std::string& text);
+
+// The product of `factors`, or SIZE_MAX when it overflows (so a size check refuses it).
+size_t saturating_product(std::initializer_list<size_t> factors);
+
+// Checks that `bytes_per_rank` (what one rank will allocate) fits in memory: cpu ranks share
+// the host's RAM, a cuda rank has one GPU's. Otherwise throws kInvalidArgument naming the
+// option responsible and its value ("--seq = 99999999999"), how much memory is needed (and
+// for what) and how much there is, before anything is allocated.
+void check_memory_fits(const RankLaunch& launch, size_t bytes_per_rank, const std::string& option,
+                       const std::string& value, const std::string& what_needs_it);
 
 // Resolves "auto", prints a line when falling back to cpu, and runs `body` on every rank.
 // Returns the process exit code (the launcher's, in the parent of cuda workers).

@@ -21,4 +21,8 @@ extern const char* const kDefaultMethods;
 // "torus:one-sided" -> {torus, one-sided}; throws kInvalidArgument naming --methods.
 MethodSpec parse_method_spec(const std::string& text);
 
+// A dtype attention takes (bf16, f16, f32 and their aliases); throws kInvalidArgument naming
+// `what` and those three otherwise (u8, i32, ... are dtypes, but not of attention).
+DType parse_attention_dtype(const std::string& text, const std::string& what);
+
 }  // namespace tessera::cli

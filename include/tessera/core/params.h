@@ -25,6 +25,12 @@ struct ParamInfo {
 
 std::vector<ParamInfo> all_params();
 
+// Reads every registered parameter once; throws the first one's error (kInvalidArgument
+// naming the variable, its text and what was expected) when the environment holds a value
+// that does not parse or lies outside its range. Entry points call it before starting work
+// (the CLI before any command but `info`), so a bad value fails at once, not in every rank.
+void check_params();
+
 namespace detail {
 class ParamBase {
  public:
@@ -44,12 +50,19 @@ class ParamBase {
 }  // namespace detail
 
 // T is bool, int64_t, double or std::string. Parse errors throw kInvalidArgument naming the
-// variable and the expected form.
+// variable and the expected form. Numeric parameters may declare the range they accept
+// [min, max], text parameters the values they accept: a value outside them (from the
+// environment or override()) is rejected, never clamped, so a typo cannot silently become a
+// zero timeout.
 template <typename T>
 class Param : public detail::ParamBase {
  public:
   Param(const char* name, T default_value, const char* help)
       : ParamBase(name, help), default_(std::move(default_value)) {}
+  Param(const char* name, T default_value, const char* help, T min, T max)
+      : ParamBase(name, help), default_(std::move(default_value)), min_(min), max_(max) {}
+  Param(const char* name, T default_value, const char* help, std::vector<T> choices)
+      : ParamBase(name, help), default_(std::move(default_value)), choices_(std::move(choices)) {}
 
   T get() const;
   // Sets the value for this process (wins over the environment).
@@ -59,7 +72,11 @@ class Param : public detail::ParamBase {
   std::string current_string() const override;
 
  private:
+  void check_range(const T& value, const std::string& text) const;
+
   T default_;
+  std::optional<T> min_, max_;
+  std::vector<T> choices_;  // empty: any value
   mutable std::mutex mutex_;
   mutable std::optional<T> override_;
 };

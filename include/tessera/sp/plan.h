@@ -112,6 +112,17 @@ struct AttentionShape {
   std::string to_string() const;
 };
 
+// The most tokens (joint + image) a shape may have: counts of visible (q, kv) pairs, up to
+// tokens^2, must stay inside int64.
+constexpr int64_t kMaxTokens = (int64_t(1) << 31) - 1;
+// The most bytes the shape's whole-sequence Q, K, V and O may span (far beyond any machine;
+// keeps every byte count and offset of a plan inside int64).
+constexpr int64_t kMaxShapeBytes = int64_t(1) << 60;
+// Empty when `shape` is one that plans may be made for (sizes >= 1, kv_heads dividing heads,
+// seq_len >= 0, at most kMaxTokens tokens and kMaxShapeBytes bytes); otherwise what is wrong,
+// naming the field, its value and what was expected.
+std::string shape_error(const AttentionShape& shape);
+
 // ---- Slots ---------------------------------------------------------------------------------
 enum class SlotKind : uint8_t {
   kQ,        // planes: Q [B, rows, heads, D] (io dtype), query heads
