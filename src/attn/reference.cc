@@ -28,17 +28,6 @@ std::vector<float> to_float_bshd(const TensorView& t) {
   return out;
 }
 
-float round_to(DType dtype, float x) {
-  switch (dtype) {
-    case DType::kBF16:
-      return bf16_bits_to_float(float_to_bf16_bits(x));
-    case DType::kF16:
-      return fp16_bits_to_float(float_to_fp16_bits(x));
-    default:
-      return x;
-  }
-}
-
 }  // namespace
 
 ReferenceResult reference_attention(const TensorView& q, std::span<const KvChunk> kv,
@@ -98,7 +87,7 @@ ReferenceResult reference_attention(const TensorView& q, std::span<const KvChunk
             const float* krow = &ch.k[size_t(((b * ch.lkv + j) * ch.hkv + hk) * d)];
             float dot = 0.0f;
             for (int64_t x = 0; x < d; ++x) dot += qrow[x] * krow[x];
-            if (rounding) dot = round_to(in_dtype, dot);
+            if (rounding) dot = round_to_dtype(in_dtype, dot);
             scores[key] = dot * softmax_scale;
             max_score = std::max(max_score, scores[key]);
           }
@@ -116,7 +105,7 @@ ReferenceResult reference_attention(const TensorView& q, std::span<const KvChunk
           for (int64_t j = 0; j < ch.lkv; ++j, ++key) {
             if (!visible[key]) continue;
             double p = probs[key];
-            if (rounding) p = round_to(in_dtype, float(p / sum)) * sum;
+            if (rounding) p = round_to_dtype(in_dtype, float(p / sum)) * sum;
             const float* vrow = &ch.v[size_t(((b * ch.lkv + j) * ch.hkv + hk) * d)];
             for (int64_t x = 0; x < d; ++x) acc[size_t(x)] += p * vrow[x];
           }

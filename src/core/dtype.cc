@@ -96,6 +96,17 @@ float fp16_bits_to_float(uint16_t bits) {
   return bits_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }
 
+float round_to_dtype(DType dtype, float value) {
+  switch (dtype) {
+    case DType::kBF16:
+      return bf16_bits_to_float(float_to_bf16_bits(value));
+    case DType::kF16:
+      return fp16_bits_to_float(float_to_fp16_bits(value));
+    default:
+      return value;
+  }
+}
+
 float load_as_float(const void* data, DType dtype, int64_t index) {
   switch (dtype) {
     case DType::kF32: return static_cast<const float*>(data)[index];

@@ -1,7 +1,7 @@
 // The cpu side's view of the KV cache and of the dtype the block computes in, shared by the
 // float64 reference (reference.cc) and the float32 emulation of the fused split
 // (split_emulation.cc): where token t of sequence b lives, contiguous or paged, with the page
-// index checked, and rounding a value to the storage dtype.
+// index checked (rounding to the storage dtype is round_to_dtype, core/dtype.h).
 #pragma once
 
 #include <cstdint>
@@ -11,17 +11,6 @@
 #include "tessera/decode/attention_block.h"
 
 namespace tessera::decode::cpu {
-
-inline float round_to(DType dtype, float x) {
-  switch (dtype) {
-    case DType::kBF16:
-      return bf16_bits_to_float(float_to_bf16_bits(x));
-    case DType::kF16:
-      return fp16_bits_to_float(float_to_fp16_bits(x));
-    default:
-      return x;
-  }
-}
 
 // Element index of (token t of sequence b, KV head g, dim 0) in cache.k / cache.v.
 inline int64_t cache_offset(const KvCache& cache, int64_t page_size, int64_t b, int64_t t,

@@ -80,8 +80,8 @@ void reference_attention_block(const ModelConfig& m, const DecodeStep& step,
       // The cache stores the dtype; attention reads back what it stores.
       const int64_t at = cpu::cache_offset(cache, page_size, b, pos, g);
       for (int64_t i = 0; i < d; ++i) {
-        kb[i] = cpu::round_to(dtype, float(kb[i]));
-        vb[i] = cpu::round_to(dtype, float(vb[i]));
+        kb[i] = round_to_dtype(dtype, float(kb[i]));
+        vb[i] = round_to_dtype(dtype, float(vb[i]));
         store_from_float(cache.k.data(), dtype, at + i, float(kb[i]));
         store_from_float(cache.v.data(), dtype, at + i, float(vb[i]));
       }

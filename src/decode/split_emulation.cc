@@ -63,7 +63,7 @@ void split_attention_block(const ModelConfig& m, const DecodeStep& step,
         xg[size_t(b * hidden + c)] =
             w.input_norm.empty()
                 ? x
-                : cpu::round_to(dtype, x * load_as_float(w.input_norm.data(), dtype, c));
+                : round_to_dtype(dtype, x * load_as_float(w.input_norm.data(), dtype, c));
       }
       sumsq += part;
     }
@@ -114,8 +114,8 @@ void split_attention_block(const ModelConfig& m, const DecodeStep& step,
       float* v_new = qkv.data() + ((group + 1) * batch + b) * d;
       const int64_t at = cpu::cache_offset(cache, page_size, b, pos, g);
       for (int64_t i = 0; i < d; ++i) {
-        k_new[i] = cpu::round_to(dtype, k_new[i]);
-        v_new[i] = cpu::round_to(dtype, v_new[i]);
+        k_new[i] = round_to_dtype(dtype, k_new[i]);
+        v_new[i] = round_to_dtype(dtype, v_new[i]);
         store_from_float(cache.k.data(), dtype, at + i, k_new[i]);
         store_from_float(cache.v.data(), dtype, at + i, v_new[i]);
       }
@@ -153,7 +153,7 @@ void split_attention_block(const ModelConfig& m, const DecodeStep& step,
           for (int64_t i = 0; i < d; ++i) acc[size_t(i)] += part.o[size_t(i)] * f;
         }
         for (int64_t i = 0; i < d; ++i)
-          o[size_t((b * m.num_heads + g * group + h) * d + i)] = cpu::round_to(dtype, l > 0 ? acc[size_t(i)] / l : 0.f);
+          o[size_t((b * m.num_heads + g * group + h) * d + i)] = round_to_dtype(dtype, l > 0 ? acc[size_t(i)] / l : 0.f);
       }
     }
   }

@@ -21,6 +21,8 @@ uint16_t float_to_bf16_bits(float value);
 float bf16_bits_to_float(uint16_t bits);
 uint16_t float_to_fp16_bits(float value);
 float fp16_bits_to_float(uint16_t bits);
+// `value` rounded to bf16 or f16 (nearest even) and back; other dtypes return it unchanged.
+float round_to_dtype(DType dtype, float value);
 
 // Reads element `index` of a buffer of `dtype` as float / writes a float into it.
 float load_as_float(const void* data, DType dtype, int64_t index);
