@@ -83,6 +83,9 @@ __device__ inline void cluster_sync() { cg::this_cluster().sync(); }
 __device__ inline unsigned cluster_rank() { return cg::this_cluster().block_rank(); }
 __device__ inline unsigned cluster_size() { return cg::this_cluster().num_blocks(); }
 
+// Peers whose vectors all_reduce has in flight at once.
+inline constexpr unsigned kPeersInFlight = 4;
+
 // Elements per 16-byte vector.
 template <typename T>
 inline constexpr int kVec = 16 / sizeof(T);
@@ -127,14 +130,21 @@ __device__ void all_reduce(T* buf, int count, Op op, Peers peers = {}) {
   owned_slice(count, V, rank, n, begin, end);
   const int full_end = begin + (end - begin) / V * V;
   for (int i = begin + threadIdx.x * V; i < full_end; i += blockDim.x * V) {
+    // Four peers' vectors are requested before any is added (a DSMEM round trip per four
+    // peers, not per peer); they are still added in rank order.
     float acc[V];
-    const Vec<T> first = *reinterpret_cast<const Vec<T>*>(peers(buf, 0) + i);
 #pragma unroll
-    for (int e = 0; e < V; ++e) acc[e] = to_f32(first.v[e]);
-    for (unsigned p = 1; p < n; ++p) {
-      const Vec<T> x = *reinterpret_cast<const Vec<T>*>(peers(buf, p) + i);
+    for (int e = 0; e < V; ++e) acc[e] = Op::kIdentity;
+    for (unsigned p0 = 0; p0 < n; p0 += kPeersInFlight) {
+      Vec<T> x[kPeersInFlight];
 #pragma unroll
-      for (int e = 0; e < V; ++e) acc[e] = op(acc[e], to_f32(x.v[e]));
+      for (unsigned q = 0; q < kPeersInFlight; ++q)
+        if (p0 + q < n) x[q] = *reinterpret_cast<const Vec<T>*>(peers(buf, p0 + q) + i);
+#pragma unroll
+      for (unsigned q = 0; q < kPeersInFlight; ++q)
+        if (p0 + q < n)
+#pragma unroll
+          for (int e = 0; e < V; ++e) acc[e] = p0 + q == 0 ? to_f32(x[q].v[e]) : op(acc[e], to_f32(x[q].v[e]));
     }
     Vec<T> out;
 #pragma unroll

@@ -3,18 +3,18 @@
 // attention_block.h states what is computed; decode_sm90.cuh how.
 #pragma once
 
-#include <cuda.h>
-
 #include <cstdint>
+
+#include "decode/fused_layout.h"
 
 namespace tessera::decode::kernels {
 
 enum class Element : int { kBF16 = 0, kF16 = 1 };
 
-inline constexpr int kHeadDim = 128;        // the head dimension the fused kernel takes
+inline constexpr int kHeadDim = kFusedHeadDim;  // the head dimension the fused kernel takes
 inline constexpr int kMaxBatchTile = 16;    // sequences per CTA; larger batches tile over grid y
 inline constexpr int kHiddenAlign = 128;    // hidden / cluster_size must be a multiple of this
-inline constexpr int kMaxHiddenSlice = 4096;  // and at most this (the norm weight's slice is in smem)
+inline constexpr int kMaxHiddenSlice = 4096;  // and at most this (the x slice is in shared memory)
 
 struct FusedDecodeParams {
   Element element = Element::kBF16;
@@ -44,16 +44,6 @@ struct FusedDecodeParams {
   float inv_freq[kHeadDim / 2] = {};
   float* partial = nullptr;  // workspace [Hkv, B, hidden]: each cluster's output projection
   void* out = nullptr;       // [B, hidden]
-  // TMA descriptors (src/decode/cuda/fused_tensor_maps.h): weight tiles of [128 rows, 64 columns]
-  // and x chunks of [batch tile, 64] with 128-byte swizzle; cache rows of [16 tokens, D]
-  // (CUtensorMap is 64-byte aligned by its own declaration).
-  CUtensorMap tm_wq;
-  CUtensorMap tm_wk;
-  CUtensorMap tm_wv;
-  CUtensorMap tm_wo;
-  CUtensorMap tm_x;
-  CUtensorMap tm_k;
-  CUtensorMap tm_v;
 };
 
 
@@ -63,10 +53,15 @@ inline int fused_decode_batch_tile(int group, int batch) { return batch > 8 && g
 
 // Whether a kernel exists for the group size (1, 2, 4, 8).
 bool fused_decode_group_supported(int group);
-// Dynamic shared memory of the fused kernel for a group size and batch.
-int fused_decode_smem_bytes(int group, int batch);
+// Dynamic shared memory of the fused kernel for a group size, batch and cluster size.
+inline int fused_decode_smem_bytes(int group, int batch, int hidden, int cluster_size) {
+  return fused_smem_layout(group, fused_decode_batch_tile(group, batch), hidden / cluster_size).total;
+}
+// Shared memory one CTA may have on sm90.
+inline constexpr int kMaxSmemBytes = 227 * 1024;
 // How many clusters of this size can run at once on the current device (0: cannot launch).
-int fused_decode_max_active_clusters(Element element, int group, int batch, int cluster_size);
+int fused_decode_max_active_clusters(Element element, int group, int batch, int hidden,
+                                     int cluster_size);
 // The fused kernel, then the ordered sum over clusters into `out` (programmatic dependent
 // launch, so the second kernel's launch overlaps the first). Neither allocates nor syncs.
 void launch_fused_decode(const FusedDecodeParams& params, void* cuda_stream);

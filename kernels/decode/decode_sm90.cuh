@@ -3,22 +3,20 @@
 // attention and output projection in one kernel; the sum over KV heads in a second one.
 // attention_block.h states the math, src/decode/split_geometry.h the split.
 //
-// One CTA (8 warps) streams a "tape" of 16 KB tiles through a ring of kStages stages filled by
-// TMA (one cp.async.bulk.tensor per weight tile, two per 16 cached tokens; completion counted
-// in bytes on the stage's mbarrier), so memory stays busy across phase changes (the next
-// phase's first tiles are in flight while the cluster reduces). Lanes of warp 0 issue; every
-// warp waits on the stage's barrier:
-//   QKV tiles   (G+2 row blocks of 128 rows) x (hidden/N / 64 columns): weights [128, 64] of
-//               the cluster's q heads, k head, v head, plus x [batch tile, 64]
-//   KV tiles    32 cached tokens of one sequence: K [32, D] and V [32, D]
-//   Wo tiles    (hidden/N / 128 row blocks) x (G*D / 64 columns) of Wo [128, 64]
-// Projections are m16n8k16 tensor-core MMAs: weights are the A operand (16 rows a warp), the
-// batch is N (8 or 16 columns), so the weights are read once for the whole batch tile.
-// Attention runs on CUDA cores: a half-warp per token, 8 dims a lane, online softmax in the
-// log2 domain; warps merge at each sequence's end, the cluster merges with ClusterReduce.
-//
-// Shared memory: the stage ring, then the QKV partials (later the attention partials), q,
-// the new K/V, per-warp attention partials, and the attention output (bf16) for Wo.
+// Decode is a stream of bytes (weights and the cache) past a little arithmetic, so the kernel
+// is built to keep many loads in flight on every SM with no block-wide barrier on the way:
+//   projections  each warp owns 16-row groups of the weight and reads them straight from
+//                global memory into registers (16-byte loads, 8 K-chunks of 32 columns in
+//                flight per lane), laid out so one load is one m16n8k16 A operand pair; x
+//                (or the attention output) sits in shared memory as the B operand, so the
+//                weights are read once for the whole batch tile;
+//   attention    each warp streams its own ring of 2 KB stages (4 cached tokens of K and V)
+//                with cp.async, a half-warp per token, online softmax in the log2 domain;
+//                warps merge at each sequence's end;
+//   phase seams  the first K/V stages are in flight while the cluster reduces the QKV
+//                partials, and the output projection's weights are prefetched into L2 while it
+//                merges the attention partials.
+// The cluster meets three times (QKV sum; softmax maximum and sum) through ClusterReduce.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,123 +34,58 @@ namespace tessera::decode::kernels::sm90 {
 
 namespace cl = tessera::cluster;
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kTileRows = 128;    // weight rows per tile (one head's projection)
-constexpr int kTileCols = 64;     // weight columns per tile (128 bytes a row)
-constexpr int kTokensPerTile = 32;
-constexpr int kTileBytes = kTileRows * kTileCols * 2;  // = 2 * kTokensPerTile * kHeadDim * 2
-static_assert(kTileBytes == 2 * kTokensPerTile * kHeadDim * 2);
-constexpr int kTokensPerCopy = 16;  // cached tokens per TMA box (a page of the paged cache)
-
-template <typename T, int kGroup, int kNTiles>
-struct DecodeTraits {
-  static constexpr int kBatchPad = 8 * kNTiles;  // the batch tile, as MMA columns
-  static constexpr int kRowBlocks = kGroup + 2;  // q heads, k, v
-  static constexpr int kWTileBytes = kTileBytes;  // a weight tile, 128-byte swizzled rows
-  static constexpr int kXChunkBytes = kBatchPad * kTileCols * 2;
-  static constexpr int kStageBytes = kWTileBytes + kXChunkBytes;
-  static constexpr int kQkvFloats = kRowBlocks * kBatchPad * kHeadDim + kBatchPad;  // + sum sq
-  static constexpr int kAttnFloats = kBatchPad * kGroup * (kHeadDim + 1);         // o, l
-  static constexpr int kPartFloats = kQkvFloats > kAttnFloats ? kQkvFloats : kAttnFloats;
-  static constexpr int kOStride = kGroup * kHeadDim + 8;  // bf16 row of o, padded (banks)
-  // What is not the ring, then as many stages as fit (at most 8: 7 tiles, 112 KB, in flight).
-  static constexpr int kFixedBytes =
-      (kPartFloats * 4 + 15) / 16 * 16 +
-      (kBatchPad * kGroup * kHeadDim * 4 > kBatchPad * (kGroup * kHeadDim + 8) * 2
-           ? kBatchPad * kGroup * kHeadDim * 4 : kBatchPad * (kGroup * kHeadDim + 8) * 2) +
-      kBatchPad * 2 * kHeadDim * 2 + kWarps * kGroup * (kHeadDim + 2) * 4 +
-      3 * kBatchPad * kGroup * 4 + (kBatchPad + 1) * 4 + 12 + 64 * 4 + kMaxHiddenSlice * 2 + 8 * 8 +
-      2048;
-  static constexpr int kStagesFit = (227 * 1024 - kFixedBytes) / kStageBytes;
-  static constexpr int kStages = kStagesFit < 8 ? kStagesFit : 8;
-  static_assert(kStages >= 3, "fused decode: too little shared memory for the stage ring");
-  // Byte offsets.
-  static constexpr int kRingOff = 0;
-  static constexpr int kPartOff = kRingOff + kStages * kStageBytes;
-  static constexpr int kQOff = kPartOff + (kPartFloats * 4 + 15) / 16 * 16;
-  static constexpr int kQBytes = kBatchPad * kGroup * kHeadDim * 4;
-  static constexpr int kOBytes = kBatchPad * kOStride * 2;  // aliases q (dead by then)
-  static constexpr int kKvNewOff = kQOff + (kQBytes > kOBytes ? kQBytes : kOBytes);
-  static constexpr int kWarpPartOff = kKvNewOff + kBatchPad * 2 * kHeadDim * 2;
-  static constexpr int kWarpPartFloats = kWarps * kGroup * (kHeadDim + 2);
-  static constexpr int kMOff = kWarpPartOff + kWarpPartFloats * 4;            // m [B][G]
-  static constexpr int kMOwnOff = kMOff + kBatchPad * kGroup * 4;           // this CTA's m
-  static constexpr int kSNewOff = kMOwnOff + kBatchPad * kGroup * 4;         // new-token scores
-  static constexpr int kTileStartOff = kSNewOff + kBatchPad * kGroup * 4;    // int [B+1]
-  static constexpr int kScratchOff = kTileStartOff + (kBatchPad + 1) * 4 + 12;
-  static constexpr int kGammaOff = kScratchOff + 64 * 4;  // this CTA's slice of the norm weight
-  static constexpr int kBarOff = kGammaOff + kMaxHiddenSlice * 2;  // the stages' mbarriers
-  static_assert(kStageBytes % 1024 == 0, "TMA's 128-byte swizzle needs 1024-byte aligned stages");
-  static constexpr int kSmemBytes = kBarOff + kStages * 8 + 1024;  // + aligning the base to 1 KB
-  static_assert(kSmemBytes <= 227 * 1024, "fused decode: shared memory over the sm90 limit");
-};
+constexpr int kThreads = kFusedThreads;
+constexpr int kWarps = kFusedWarps;
+constexpr int kChunkCols = 32;  // weight columns of one 16-byte load per lane quad (2 MMAs)
 
 // ---- small device helpers ----------------------------------------------------------------
 
 __device__ inline uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// mbarriers and bulk copies (PTX ISA: mbarrier, cp.async.bulk).
-__device__ inline void mbar_init(uint64_t* bar, int arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals));
+// A weight vector read once: not kept in L1, the next 256 bytes fetched into L2 with it.
+__device__ inline uint4 load_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
 }
-// One arrival that also announces `bytes` of bulk copies to complete on the barrier.
-__device__ inline void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
-               "r"(bytes)
+__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
+__device__ inline void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src)
                : "memory");
 }
-__device__ inline void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        " selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(parity)
-        : "memory");
-  }
-}
-// The box of `map` at (column c0, row c1) into this CTA's shared memory, completing on `bar`.
-__device__ inline void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%2, %3}], [%4];\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
-      : "memory");
-}
-// Orders this thread's generic-proxy shared-memory accesses before later bulk copies.
-__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ inline void ldmatrix_x2(uint32_t (&r)[2], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr(p)));
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 template <typename T>
-__device__ inline void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ inline void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   } else {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
 }
-// A [rows][64] tile of 2-byte elements as TMA's 128-byte swizzle lays it out: 128-byte rows,
-// 16-byte chunk c of row r at chunk c ^ (r % 8), so ldmatrix's 8 rows hit 8 bank groups.
-__device__ inline int swizzled(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+
+// Out of line, so the checks on the hot path cost no registers.
+static __device__ __noinline__ void bad_page(int seq, int64_t index, int32_t page, int64_t num_pages) {
+  printf("tessera fused decode: page_table[%d][%lld] = %d is outside [0, %lld) (block %d)\n", seq,
+         static_cast<long long>(index), page, static_cast<long long>(num_pages),
+         static_cast<int>(blockIdx.x));
+  __trap();
+}
 
 // exp2(m - m_max), the factor that rescales a softmax partial with maximum m to m_max; a
 // partial that saw no key (m = -inf) contributes nothing, also when m_max is -inf too.
@@ -161,201 +94,192 @@ __device__ inline float rescale(float m, float m_max) {
 }
 
 template <typename T>
-struct Vec8 {
-  uint4 raw;
-  __device__ void to_float(float (&f)[8]) const {
-    const T* e = reinterpret_cast<const T*>(&raw);
+__device__ inline void to_float8(const uint4& raw, float (&f)[8]) {
+  const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) f[i] = cl::to_f32(e[i]);
+  for (int i = 0; i < 8; ++i) f[i] = cl::to_f32(e[i]);
+}
+
+// ---- projections: 16 weight rows times the batch tile on tensor cores ----------------------
+// Lane (g = lane / 4, c = lane % 4) loads 8 consecutive columns [32k + 8c, +8) of rows g and
+// g + 8 of the group. An m16n8k16 MMA wants columns {2c, 2c+1, 2c+8, 2c+9} of a 16-column
+// block from lane c; any permutation of K is fine as long as A and B agree, so the 8 loaded
+// columns feed two MMAs (columns 8c..8c+3, then 8c+4..8c+7), and the B operand is the same 8
+// columns of batch row g, one 16-byte shared-memory load. acc[j] then holds rows g, g + 8 and
+// batch columns 8j + 2c, +1, as the MMA lays out C.
+template <typename T, int kNT, int kUnroll>
+__device__ void gemv_rows16_unrolled(float (&acc)[kNT][4], const T* w, int64_t ld, int chunks,
+                            const T* b_rows, int b_stride) {
+  const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const T* a_lo = w + g * ld + c * 8;
+  const T* a_hi = a_lo + 8 * ld;
+  const T* b = b_rows + g * b_stride + c * 8;
+  for (int k = 0; k < chunks; k += kUnroll) {
+    uint4 lo[kUnroll], hi[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      lo[u] = load_stream(a_lo + (k + u) * kChunkCols);
+      hi[u] = load_stream(a_hi + (k + u) * kChunkCols);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        const uint4 x = *reinterpret_cast<const uint4*>(b + j * 8 * b_stride + (k + u) * kChunkCols);
+        mma16816<T>(acc[j], lo[u].x, hi[u].x, lo[u].y, hi[u].y, x.x, x.y);
+        mma16816<T>(acc[j], lo[u].z, hi[u].z, lo[u].w, hi[u].w, x.z, x.w);
+      }
+    }
   }
-};
+}
+
+template <typename T, int kNT>
+__device__ void gemv_rows16(float (&acc)[kNT][4], const T* w, int64_t ld, int chunks,
+                            const T* b_rows, int b_stride) {
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
+  // Fewer loads in flight for wide batch tiles, whose accumulators take the registers.
+  if (kNT == 1 && chunks % 8 == 0) gemv_rows16_unrolled<T, kNT, 8>(acc, w, ld, chunks, b_rows, b_stride);
+  else gemv_rows16_unrolled<T, kNT, 4>(acc, w, ld, chunks, b_rows, b_stride);
+}
 
 // ---- the kernel ----------------------------------------------------------------------------
 
-template <typename T, int kGroup, int kNTiles>
+template <typename T, int kGroup, int kNT>
 struct FusedDecode {
-  using Tr = DecodeTraits<T, kGroup, kNTiles>;
-  static constexpr int kB = Tr::kBatchPad;
+  static constexpr int kB = 8 * kNT;  // the batch tile
   static constexpr int D = kHeadDim;
 
   const FusedDecodeParams& p;
   unsigned char* smem;
+  FusedSmemLayout L;
   int rank, n, kv_head, b0, nb;  // b0: first sequence of this batch tile, nb: its size
-  int k_begin, nk;               // hidden slice of the QKV projection; its 64-column tiles
-  int o_row_begin, o_row_blocks, o_col_tiles;
-  int t_qkv, t_attn, t_o;
+  int k_begin, slice;            // this CTA's hidden slice (QKV columns, Wo rows)
+  int warp, lane;
 
-  __device__ float* part() const { return reinterpret_cast<float*>(smem + Tr::kPartOff); }
-  __device__ float* q_s() const { return reinterpret_cast<float*>(smem + Tr::kQOff); }  // [B][G][D], log2-scaled
-  __device__ T* o_s() const { return reinterpret_cast<T*>(smem + Tr::kQOff); }          // [B][kOStride]
-  __device__ T* kv_new() const { return reinterpret_cast<T*>(smem + Tr::kKvNewOff); }   // [B][2][D]
-  __device__ float* warp_part() const { return reinterpret_cast<float*>(smem + Tr::kWarpPartOff); }
-  __device__ float* m_s() const { return reinterpret_cast<float*>(smem + Tr::kMOff); }
-  __device__ float* m_own() const { return reinterpret_cast<float*>(smem + Tr::kMOwnOff); }
-  __device__ float* s_new() const { return reinterpret_cast<float*>(smem + Tr::kSNewOff); }
-  __device__ int* tile_start() const { return reinterpret_cast<int*>(smem + Tr::kTileStartOff); }
-  __device__ float* scratch() const { return reinterpret_cast<float*>(smem + Tr::kScratchOff); }
-  __device__ T* gamma_s() const { return reinterpret_cast<T*>(smem + Tr::kGammaOff); }
-  __device__ unsigned char* stage(int t) const { return smem + Tr::kRingOff + (t % Tr::kStages) * Tr::kStageBytes; }
-  __device__ uint64_t* full_bar(int t) const { return reinterpret_cast<uint64_t*>(smem + Tr::kBarOff) + t % Tr::kStages; }
+  __device__ T* x_s() const { return reinterpret_cast<T*>(smem + L.a); }  // [B][x_stride]
+  __device__ unsigned char* ring(int slot) const {
+    return smem + L.a + (warp * kRingStages + slot) * kStageBytes;
+  }
+  __device__ float* part() const { return reinterpret_cast<float*>(smem + L.part); }
+  __device__ float* q_s() const { return reinterpret_cast<float*>(smem + L.q); }  // [B][G][D], log2-scaled
+  __device__ T* o_s() const { return reinterpret_cast<T*>(smem + L.q); }          // [B][o_stride]
+  __device__ T* kv_new() const { return reinterpret_cast<T*>(smem + L.kv_new); }  // [B][2][D]
+  __device__ float* warp_part() const { return reinterpret_cast<float*>(smem + L.warp_part); }
+  __device__ float* m_s() const { return reinterpret_cast<float*>(smem + L.m); }
+  __device__ float* m_own() const { return reinterpret_cast<float*>(smem + L.m_own); }
+  __device__ float* s_new() const { return reinterpret_cast<float*>(smem + L.s_new); }
+  __device__ int* seq_begin() const { return reinterpret_cast<int*>(smem + L.seq); }
+  __device__ int* seq_end() const { return seq_begin() + kB; }
+  __device__ int* seq_stages() const { return seq_begin() + 2 * kB; }
 
   __device__ int position(int b) const { return p.positions[b0 + b]; }
 
-  // The page holding cached token t of sequence b (paged caches), checked against the cache.
-  __device__ int32_t page_of(int b, int64_t t) const {
-    const int32_t page = p.page_table[(b0 + b) * p.pages_per_seq + t / p.page_size];
-    if (page < 0 || page >= p.num_pages) {
-      printf("tessera fused decode: page_table[%d][%lld] = %d is outside [0, %lld) (block %d)\n",
-             b0 + b, static_cast<long long>(t / p.page_size), page,
-             static_cast<long long>(p.num_pages), static_cast<int>(blockIdx.x));
-      __trap();
+  // ---- setup: indices, this CTA's token slices, x (times the norm weight) into shared memory
+  __device__ void setup() {
+    const cl::cg::cluster_group cluster = cl::cg::this_cluster();
+    rank = int(cluster.block_rank());
+    n = int(cluster.num_blocks());
+    kv_head = blockIdx.x / n;
+    b0 = blockIdx.y * kB;
+    nb = min(kB, p.batch - b0);
+    slice = p.hidden / n;
+    k_begin = rank * slice;
+    L = fused_smem_layout(kGroup, kB, slice);
+    warp = threadIdx.x / 32;
+    lane = threadIdx.x % 32;
+    if (threadIdx.x < kB) {
+      const int b = threadIdx.x;
+      int begin = 0, end = 0;
+      if (b < nb) {
+        const int pos = position(b);
+        if (pos < 0 || pos + 1 > p.max_context) {
+          printf("tessera fused decode: positions[%d] = %d: expected 0 <= p < max_context = %lld\n",
+                 b0 + b, pos, static_cast<long long>(p.max_context));
+          __trap();
+        }
+        const Range s = seq_slice(pos, n, rank);
+        begin = int(s.begin);
+        end = int(s.end);
+      }
+      seq_begin()[b] = begin;
+      seq_end()[b] = end;
+      seq_stages()[b] = (end - begin + kStageTokens - 1) / kStageTokens;
     }
-    return page;
+    load_x();
+    __syncthreads();
   }
 
-  // Row of cached token t of sequence b in the cache viewed as [rows, Hkv * D]; `page` is
-  // page_of(b, t) for a paged cache.
-  __device__ int64_t cache_row_index(int b, int64_t t, int32_t page) const {
-    return p.page_table != nullptr ? int64_t{page} * p.page_size + t % p.page_size
-                                   : int64_t{b0 + b} * p.context_stride + t;
-  }
-  // Address of cached token t of sequence b (this KV head), K or V.
-  __device__ const T* cache_row(const void* cache, int b, int64_t t) const {
-    const int64_t row = cache_row_index(b, t, p.page_table != nullptr ? page_of(b, t) : 0);
-    return static_cast<const T*>(cache) + (row * p.num_kv_heads + kv_head) * D;
-  }
-
-  // For attention tile t: the page of lane c's 16 tokens (c < 2), looked up one tile ahead so
-  // the page-table read is off warp 0's issue path.
-  __device__ int32_t prefetch_page(int t) const {
-    if (p.page_table == nullptr || t < t_qkv || t >= t_qkv + t_attn) return 0;
-    int b, tok0, ntok;
-    attn_tile(t - t_qkv, b, tok0, ntok);
-    const int c = threadIdx.x % 32;
-    return c < 2 && c * kTokensPerCopy < ntok ? page_of(b, tok0 + c * kTokensPerCopy) : 0;
-  }
-
-  // ---- producer (warp 0): issue tile t of the tape into its stage ------------------------
-  // `page`: prefetch_page(t) on entry, prefetch_page(t + 1) on return.
-  __device__ void issue(int t, int32_t& page) const {
-    unsigned char* st = stage(t);
-    uint64_t* bar = full_bar(t);
-    const int lane = threadIdx.x % 32;
-    if (t < t_qkv) {
-      const int rb = t / nk, kc = t % nk;
-      const CUtensorMap* map = rb < kGroup ? &p.tm_wq : (rb == kGroup ? &p.tm_wk : &p.tm_wv);
-      const int row0 = rb < kGroup ? (kv_head * kGroup + rb) * D : kv_head * D;
-      const int col0 = k_begin + kc * kTileCols;
-      if (lane == 0) {
-        mbar_arrive_expect_tx(bar, Tr::kStageBytes);  // x rows past the batch arrive as zeros
-        tma_load_2d(st, map, col0, row0, bar);
-        tma_load_2d(st + Tr::kWTileBytes, &p.tm_x, col0, b0, bar);
-      }
-    } else if (t < t_qkv + t_attn) {
-      int b, tok0, ntok;
-      attn_tile(t - t_qkv, b, tok0, ntok);
-      // K rows [32][D] then V rows [32][D]; lane c loads tokens [16c, 16c + 16) of the tile
-      // (rows past ntok are loaded, or zero-filled past the cache, and never read).
-      const int copies = (ntok + kTokensPerCopy - 1) / kTokensPerCopy;
-      if (lane == 0) mbar_arrive_expect_tx(bar, copies * 2 * kTokensPerCopy * D * 2);
-      __syncwarp();
-      if (lane < copies) {
-        const int64_t tok = tok0 + lane * kTokensPerCopy;
-        const int row = int(cache_row_index(b, tok, page));
-        unsigned char* dst = st + lane * kTokensPerCopy * D * 2;
-        tma_load_2d(dst, &p.tm_k, kv_head * D, row, bar);
-        tma_load_2d(dst + kTileBytes / 2, &p.tm_v, kv_head * D, row, bar);
-      }
-    } else {
-      const int to = t - t_qkv - t_attn, rb = to / o_col_tiles, kc = to % o_col_tiles;
-      if (lane == 0) {
-        mbar_arrive_expect_tx(bar, kTileBytes);
-        tma_load_2d(st, &p.tm_wo, kv_head * kGroup * D + kc * kTileCols, o_row_begin + rb * kTileRows, bar);
-      }
-    }
-    page = prefetch_page(t + 1);
-  }
-
-  // Attention tile a (0-based within the phase): sequence b, first token, token count.
-  __device__ void attn_tile(int a, int& b, int& tok0, int& ntok) const {
-    b = 0;
-    while (tile_start()[b + 1] <= a) ++b;
-    const Range slice = seq_slice(position(b), n, rank);
-    tok0 = int(slice.begin) + (a - tile_start()[b]) * kTokensPerTile;
-    ntok = min(kTokensPerTile, int(slice.end) - tok0);
-  }
-
-  // ---- projections: one [128, 64] weight tile times the batch tile --------------------------
-  // acc[j] covers rows warp*16 .. +16 and batch columns j*8 .. +8.
-  __device__ void mma_tile(float (&acc)[kNTiles][4], const unsigned char* w_tile,
-                           const unsigned char* b_rows, int b_stride_bytes, bool b_swizzled,
-                           int b_col_bytes) const {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  // x rows of the batch tile (zeros past the batch), scaled by the norm weight and rounded to
+  // T as the model would, into x_s; each row's sum of squares over this slice (of x itself)
+  // into part()'s tail, added in a fixed order. Warp w takes rows w, w + 8.
+  __device__ void load_x() const {
+    const T* gamma = static_cast<const T*>(p.input_norm);
+    for (int b = warp; b < kB; b += kWarps) {
+      float sq = 0.f;
+      T* dst = x_s() + b * L.x_stride;
+      for (int i = lane * 8; i < slice; i += 32 * 8) {
+        uint4 raw = make_uint4(0, 0, 0, 0);
+        if (b < nb) raw = *reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + int64_t(b0 + b) * p.hidden + k_begin + i);
+        if (gamma != nullptr) {
+          float xf[8], gf[8];
+          to_float8<T>(raw, xf);
+          to_float8<T>(*reinterpret_cast<const uint4*>(gamma + k_begin + i), gf);
+          T* out = reinterpret_cast<T*>(&raw);
 #pragma unroll
-    for (int s = 0; s < kTileCols / 16; ++s) {
-      uint32_t a[4];
-      {
-        const int m = lane / 8, row = warp * 16 + (m & 1) * 8 + lane % 8, chunk = s * 2 + (m >> 1);
-        ldmatrix_x4(a, w_tile + swizzled(row, chunk));
+          for (int e = 0; e < 8; ++e) {
+            sq += xf[e] * xf[e];
+            out[e] = cl::from_f32<T>(xf[e] * gf[e]);
+          }
+        }
+        *reinterpret_cast<uint4*>(dst + i) = raw;
       }
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        uint32_t bfrag[2];
-        const int m = (lane / 8) & 1, nrow = j * 8 + lane % 8, chunk = s * 2 + m;
-        const unsigned char* addr = b_swizzled ? b_rows + swizzled(nrow, chunk)
-                                               : b_rows + nrow * b_stride_bytes + b_col_bytes + chunk * 16;
-        ldmatrix_x2(bfrag, addr);
-        mma16816<T>(acc[j], a, bfrag[0], bfrag[1]);
-      }
+      for (int o = 16; o > 0; o /= 2) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+      if (lane == 0) part()[(kGroup + 2) * kB * D + b] = sq;
     }
   }
 
-  // acc (rows warp*16.., batch columns) -> dst[b * ld + row] for b < nb (f32).
-  __device__ void store_acc(const float (&acc)[kNTiles][4], float* dst, int64_t ld, int limit_b) const {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int row = warp * 16 + lane / 4;
+  // ---- QKV projection: this CTA's hidden slice of the (G+2) heads' 128 rows each ----------
+  __device__ void project_qkv() const {
+    const T* x = x_s();
+    constexpr int kGroups = (kGroup + 2) * (D / 16);  // 16-row groups, a multiple of 8
+    for (int grp = warp; grp < kGroups; grp += kWarps) {
+      const T* w = qkv_rows(grp);
+      float acc[kNT][4];
+      gemv_rows16<T, kNT>(acc, w, p.hidden, slice / kChunkCols, x, L.x_stride);
+      store_acc(acc, part() + (grp / (D / 16)) * kB * D + (grp % (D / 16)) * 16, D, kB);  // [rb][b][row]
+    }
+  }
+
+  // First column of this CTA's slice in row group grp of the (G+2) heads' 128 rows each.
+  __device__ const T* qkv_rows(int grp) const {
+    const int rb = grp / (D / 16), r0 = (grp % (D / 16)) * 16;
+    const void* base = rb < kGroup ? p.wq : (rb == kGroup ? p.wk : p.wv);
+    const int64_t row = rb < kGroup ? int64_t(kv_head * kGroup + rb) * D + r0 : int64_t(kv_head) * D + r0;
+    return static_cast<const T*>(base) + row * p.hidden + k_begin;
+  }
+
+  // acc of a 16-row group -> dst[b * ld + row] for b < limit_b (f32).
+  __device__ void store_acc(const float (&acc)[kNT][4], float* dst, int64_t ld, int limit_b) const {
+    const int g = lane / 4, c = lane % 4;
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
+    for (int j = 0; j < kNT; ++j) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int b = j * 8 + (lane % 4) * 2 + (e & 1);
-        const int r = row + (e >> 1) * 8;
+        const int b = j * 8 + c * 2 + (e & 1);
+        const int r = g + (e >> 1) * 8;
         if (b < limit_b) dst[b * ld + r] = acc[j][e];
       }
     }
   }
 
-  // Fused RMSNorm: scale the x chunk by the norm weight (rounded to T, as the model would) and
-  // add its squares (first row block only: every block sees the same columns).
-  __device__ void prepare_x_chunk(unsigned char* xs, int kc, bool first_block, float* sumsq) const {
-    if (p.input_norm == nullptr) return;
-    const int tid = threadIdx.x;
-    if (tid < kB * 8) {
-      const int b = tid / 8, chunk = tid % 8;
-      uint4* cell = reinterpret_cast<uint4*>(xs + swizzled(b, chunk));
-      Vec8<T> x{*cell}, g{*reinterpret_cast<const uint4*>(gamma_s() + kc * kTileCols + chunk * 8)};
-      float xf[8], gf[8];
-      x.to_float(xf);
-      g.to_float(gf);
-      T* out = reinterpret_cast<T*>(cell);
-      float sq = 0;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        sq += xf[i] * xf[i];
-        out[i] = cl::from_f32<T>(xf[i] * gf[i]);
-      }
-      // 8 lanes share a row b: add their squares in a fixed order.
-      sq += __shfl_xor_sync(0xffffffffu, sq, 1);
-      sq += __shfl_xor_sync(0xffffffffu, sq, 2);
-      sq += __shfl_xor_sync(0xffffffffu, sq, 4);
-      if (first_block && chunk == 0) sumsq[b] += sq;
-    }  // kB * 8 is a multiple of 32: whole warps take part in the shuffles or none
-  }
-
-  // ---- after the QKV tiles: cluster sum, norm, RoPE, cache append, new-token scores --------
+  // ---- after the QKV projection: cluster sum, norm, RoPE, cache append, new-token scores ---
   __device__ void finish_qkv() const {
     float* qkv = part();  // [G+2][B][D] then sumsq [B]
-    cl::all_reduce(qkv, Tr::kQkvFloats, cl::SumOp{});
+    cl::all_reduce(qkv, (kGroup + 2) * kB * D + kB, cl::SumOp{});
     const float log2e = 1.4426950408889634f;
     for (int i = threadIdx.x; i < kB * (kGroup + 1) * (D / 2); i += kThreads) {
       const int b = i / ((kGroup + 1) * (D / 2)), h = (i / (D / 2)) % (kGroup + 1), d = i % (D / 2);
@@ -379,7 +303,8 @@ struct FusedDecode {
       }
     }
     __syncthreads();
-    if (rank == 0) {  // append the new K and V to the cache
+    if (rank == 0) {  // append the new K and V to the cache (no CTA reads that row: it is past
+                      // every slice of cached tokens)
       for (int i = threadIdx.x; i < nb * 2 * 16; i += kThreads) {
         const int b = i / 32, kv = (i / 16) % 2, chunk = i % 16;
         T* dst = const_cast<T*>(cache_row(kv ? p.v_cache : p.k_cache, b, position(b))) + chunk * 8;
@@ -387,7 +312,6 @@ struct FusedDecode {
       }
     }
     if (rank == new_token_rank(n)) {  // the new token's scores, one warp per (b, head)
-      const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
       for (int bh = warp; bh < nb * kGroup; bh += kWarps) {
         const int b = bh / kGroup;
         float s = 0;
@@ -398,52 +322,119 @@ struct FusedDecode {
       }
     }
     // Attention partials (o, l) reuse the QKV partials' space; m starts empty.
-    for (int i = threadIdx.x; i < Tr::kAttnFloats; i += kThreads) part()[i] = 0.f;
+    for (int i = threadIdx.x; i < kB * kGroup * (D + 1); i += kThreads) part()[i] = 0.f;
     for (int i = threadIdx.x; i < kB * kGroup; i += kThreads) m_s()[i] = -__builtin_huge_valf();
     __syncthreads();
   }
 
-  // ---- attention ---------------------------------------------------------------------------
+  // ---- the cache -----------------------------------------------------------------------------
+  // The page holding cached token t of sequence b (paged caches), checked against the cache.
+  __device__ int32_t page_of(int b, int64_t t) const {
+    const int32_t page = p.page_table[(b0 + b) * p.pages_per_seq + t / p.page_size];
+    if (page < 0 || page >= p.num_pages) bad_page(b0 + b, t / p.page_size, page, p.num_pages);
+    return page;
+  }
+  // Row of cached token t of sequence b in the cache viewed as [rows, Hkv, D].
+  __device__ int64_t cache_row_index(int b, int64_t t) const {
+    return p.page_table != nullptr ? int64_t{page_of(b, t)} * p.page_size + t % p.page_size
+                                   : int64_t{b0 + b} * p.context_stride + t;
+  }
+  __device__ const T* cache_row(const void* cache, int b, int64_t t) const {
+    return static_cast<const T*>(cache) + (cache_row_index(b, t) * p.num_kv_heads + kv_head) * D;
+  }
+
+  // ---- attention: each warp's stages, in order over the batch tile's sequences ---------------
+  // Stage k of sequence b holds cached tokens [begin_b + 4k, +4) of this CTA's slice; warp w
+  // takes stages w, w + 8, ... of every sequence.
+  struct Cursor {
+    int b, k;
+  };
+  __device__ void settle(Cursor& c) const {
+    while (c.b < nb && c.k >= seq_stages()[c.b]) {
+      ++c.b;
+      c.k = warp;
+    }
+  }
+  __device__ Cursor first_stage() const {
+    Cursor c{0, warp};
+    settle(c);
+    return c;
+  }
+  __device__ void next_stage(Cursor& c) const {
+    c.k += kWarps;
+    settle(c);
+  }
+  __device__ int stage_tokens(const Cursor& c) const {
+    return min(kStageTokens, seq_end()[c.b] - (seq_begin()[c.b] + c.k * kStageTokens));
+  }
+
+  // Stage c into ring slot `slot`: K rows [4][D] then V rows [4][D] (16 lanes a row); one
+  // commit group per call, empty past the last stage, so wait counts stay uniform. Stages
+  // start on multiples of 4 tokens and pages hold multiples of 16: a stage is in one page.
+  __device__ void issue_stage(const Cursor& c, int slot) const {
+    if (c.b < nb) {
+      const int tok0 = seq_begin()[c.b] + c.k * kStageTokens, ntok = stage_tokens(c);
+      const int64_t row0 = cache_row_index(c.b, tok0);
+      unsigned char* dst = ring(slot);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int idx = j * 32 + lane, kv = idx / 64, t = (idx % 64) / 16, chunk = idx % 16;
+        if (t < ntok) {
+          const T* src = static_cast<const T*>(kv ? p.v_cache : p.k_cache) +
+                         ((row0 + t) * p.num_kv_heads + kv_head) * D + chunk * 8;
+          cp_async16(dst + kv * (kStageBytes / 2) + t * D * 2 + chunk * 16, src);
+        }
+      }
+    }
+    cp_async_commit();
+  }
+
+  // A half-warp's running softmax over its tokens of one sequence, lane l16 holding dims
+  // [8 * l16, +8); q stays in shared memory (registers go to the loads in flight).
   struct AttnState {
-    float m[kGroup], l[kGroup], o[kGroup][8], q[kGroup][8];
+    float m[kGroup], l[kGroup], o[kGroup][8];
+    const float* q;  // q_s row of the sequence: [G][D]
   };
 
-  __device__ void load_q(AttnState& st, int b) const {
-    const int l16 = threadIdx.x % 16;
+  __device__ void start_sequence(AttnState& st, int b) const {
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       st.m[g] = -__builtin_huge_valf();
       st.l[g] = 0.f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        st.o[g][e] = 0.f;
-        st.q[g][e] = q_s()[(b * kGroup + g) * D + l16 * 8 + e];
-      }
+      for (int e = 0; e < 8; ++e) st.o[g][e] = 0.f;
     }
+    st.q = q_s() + b * kGroup * D + (lane % 16) * 8;
   }
 
-  // A half-warp takes kPer tokens of the tile at once: their scores reduce side by side and
+  // Half-warp h takes tokens h and h + 2 of the stage: their scores reduce side by side and
   // fold into the running softmax with one rescale.
-  __device__ void attn_consume(AttnState& st, const unsigned char* tile, int ntok) const {
-    constexpr int kPer = kTokensPerTile / (2 * kWarps);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, half = lane / 16, l16 = lane % 16;
+  __device__ void attn_consume(AttnState& st, const unsigned char* stage, int ntok) const {
+    constexpr int kPer = kStageTokens / 2;
+    const int half = lane / 16, l16 = lane % 16;
     float k[kPer][8], v[kPer][8];
     bool valid[kPer];
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int row = warp * (kTokensPerTile / kWarps) + i * 2 + half;
-      valid[i] = row < ntok;
-      Vec8<T>{*reinterpret_cast<const uint4*>(tile + row * 256 + l16 * 16)}.to_float(k[i]);
-      Vec8<T>{*reinterpret_cast<const uint4*>(tile + kTileBytes / 2 + row * 256 + l16 * 16)}.to_float(v[i]);
+      const int t = i * 2 + half;
+      valid[i] = t < ntok;
+      // Rows past ntok hold stale bytes (maybe NaN patterns): read zeros instead, since their
+      // zero softmax weight would not cancel a NaN.
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      to_float8<T>(valid[i] ? *reinterpret_cast<const uint4*>(stage + t * D * 2 + l16 * 16) : zero, k[i]);
+      to_float8<T>(valid[i] ? *reinterpret_cast<const uint4*>(stage + kStageBytes / 2 + t * D * 2 + l16 * 16) : zero, v[i]);
     }
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
+      const float4 q0 = *reinterpret_cast<const float4*>(st.q + g * D);
+      const float4 q1 = *reinterpret_cast<const float4*>(st.q + g * D + 4);
+      const float q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
       float s[kPer];
 #pragma unroll
       for (int i = 0; i < kPer; ++i) {
         s[i] = 0;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s[i] += st.q[g][e] * k[i][e];
+        for (int e = 0; e < 8; ++e) s[i] += q[e] * k[i][e];
       }
 #pragma unroll
       for (int o = 8; o > 0; o /= 2)
@@ -475,7 +466,7 @@ struct FusedDecode {
   // The register states of every half-warp for sequence b -> this CTA's partial (m, l, o) for
   // b, merged in warp order; the new token folded in on its rank.
   __device__ void flush(AttnState& st, int b) const {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, l16 = lane % 16;
+    const int l16 = lane % 16;
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {  // the two half-warps: same dims, other tokens
       const float m_o = __shfl_xor_sync(0xffffffffu, st.m[g], 16);
@@ -532,11 +523,33 @@ struct FusedDecode {
     __syncthreads();
   }
 
+  // Streams every sequence's slice through the warp's ring; `prod` is the producer's cursor,
+  // kRingStages - 1 stages ahead (its first stages were issued before the QKV reduction).
+  __device__ void attend(Cursor& prod) const {
+    Cursor cons = first_stage();
+    int slot = 0;
+    for (int b = 0; b < nb; ++b) {
+      AttnState st;
+      start_sequence(st, b);
+      while (cons.b == b) {
+        cp_async_wait<kRingStages - 2>();
+        __syncwarp();  // every lane's copies of this stage landed; every lane left the last one
+        issue_stage(prod, (slot + kRingStages - 1) % kRingStages);
+        next_stage(prod);
+        attn_consume(st, ring(slot), stage_tokens(cons));
+        slot = (slot + 1) % kRingStages;
+        next_stage(cons);
+      }
+      flush(st, b);
+    }
+    cp_async_wait<0>();
+  }
+
   // The cluster's softmax merge: max of m, rescale this CTA's (o, l), sum them; o / l -> o_s.
   __device__ void finish_attention() const {
     for (int i = threadIdx.x; i < kB * kGroup; i += kThreads) m_own()[i] = m_s()[i];
     cl::all_reduce(m_s(), kB * kGroup, cl::MaxOp{});
-    float* o = part();                  // [B][G][D]
+    float* o = part();                    // [B][G][D]
     float* l = part() + kB * kGroup * D;  // [B][G]
     for (int i = threadIdx.x; i < kB * kGroup * (D + 1); i += kThreads) {
       const int bg = i < kB * kGroup * D ? i / D : i - kB * kGroup * D;
@@ -544,132 +557,60 @@ struct FusedDecode {
       if (i < kB * kGroup * D) o[i] *= f;
       else l[bg] *= f;
     }
-    cl::all_reduce(part(), Tr::kAttnFloats, cl::SumOp{});
-    // o_s aliases q_s, which the attention no longer reads.
+    cl::all_reduce(part(), kB * kGroup * (D + 1), cl::SumOp{});
+    // o_s aliases q_s, which the attention no longer reads; rows past nb are zeros.
     for (int i = threadIdx.x; i < kB * kGroup * D; i += kThreads) {
       const int bg = i / D, b = bg / kGroup, col = (bg % kGroup) * D + i % D;
       const float denom = l[bg];
-      o_s()[b * Tr::kOStride + col] = cl::from_f32<T>(denom > 0.f ? o[i] / denom : 0.f);
+      o_s()[b * L.o_stride + col] = cl::from_f32<T>(b < nb && denom > 0.f ? o[i] / denom : 0.f);
     }
     __syncthreads();
   }
 
-  // ---- the tape ----------------------------------------------------------------------------
-  __device__ void setup() {
-    const cl::cg::cluster_group cluster = cl::cg::this_cluster();
-    rank = int(cluster.block_rank());
-    n = int(cluster.num_blocks());
-    kv_head = blockIdx.x / n;
-    b0 = blockIdx.y * kB;
-    nb = min(kB, p.batch - b0);
-    const Range ks = hidden_slice(p.hidden, n, rank);
-    k_begin = int(ks.begin);
-    nk = int(ks.size()) / kTileCols;
-    o_row_begin = k_begin;
-    o_row_blocks = int(ks.size()) / kTileRows;
-    o_col_tiles = kGroup * D / kTileCols;
-    if (threadIdx.x == 0) {
-      int acc = 0;
-      for (int b = 0; b < kB; ++b) {
-        tile_start()[b] = acc;
-        if (b < nb) {
-          const int pos = position(b);
-          if (pos < 0 || pos + 1 > p.max_context) {
-            printf("tessera fused decode: positions[%d] = %d: expected 0 <= p < max_context = %lld\n",
-                   b0 + b, pos, static_cast<long long>(p.max_context));
-            __trap();
-          }
-          acc += int((seq_slice(pos, n, rank).size() + kTokensPerTile - 1) / kTokensPerTile);
-        }
-      }
-      tile_start()[kB] = acc;
-      for (int i = 0; i < Tr::kStages; ++i) mbar_init(full_bar(i), 1);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  // ---- output projection: rows [k_begin, +slice) of Wo over this KV group's G*D columns ------
+  __device__ void prefetch_wo() const {
+    const int64_t ld = int64_t(p.num_heads) * D;
+    const T* base = static_cast<const T*>(p.wo) + int64_t(k_begin) * ld + int64_t(kv_head) * kGroup * D;
+    constexpr int kLinesPerRow = kGroup * D * sizeof(T) / 128;
+    for (int i = threadIdx.x; i < slice * kLinesPerRow; i += kThreads)
+      prefetch_l2(base + (i / kLinesPerRow) * ld + (i % kLinesPerRow) * (128 / sizeof(T)));
+  }
+
+  __device__ void project_out() const {
+    const int64_t ld = int64_t(p.num_heads) * D;
+    for (int grp = warp; grp < slice / 16; grp += kWarps) {
+      const int row0 = k_begin + grp * 16;
+      const T* w = static_cast<const T*>(p.wo) + int64_t(row0) * ld + int64_t(kv_head) * kGroup * D;
+      float acc[kNT][4];
+      gemv_rows16<T, kNT>(acc, w, ld, kGroup * D / kChunkCols, o_s(), L.o_stride);
+      store_acc(acc, p.partial + (int64_t(kv_head) * p.batch + b0) * p.hidden + row0, p.hidden, nb);
     }
-    __syncthreads();
-    if (p.input_norm != nullptr)  // read once here, not per tile on the QKV critical path
-      for (int i = threadIdx.x * 8; i < int(ks.size()); i += kThreads * 8)
-        *reinterpret_cast<uint4*>(gamma_s() + i) =
-            *reinterpret_cast<const uint4*>(static_cast<const T*>(p.input_norm) + k_begin + i);
-    __syncthreads();
-    t_qkv = (kGroup + 2) * nk;
-    t_attn = tile_start()[kB];
-    t_o = o_row_blocks * o_col_tiles;
   }
 
   __device__ void run() {
     setup();
-    const int total = t_qkv + t_attn + t_o;
-    const int warp = threadIdx.x / 32;
-    int32_t page = 0;  // warp 0: the next tile's page (prefetch_page); tile 0 is a QKV tile
-    if (warp == 0)
-      for (int s = 0; s < Tr::kStages - 1 && s < total; ++s) issue(s, page);
-    float acc[kNTiles][4] = {};
-    float* sumsq = part() + (kGroup + 2) * kB * D;
-    for (int i = threadIdx.x; i < kB; i += kThreads) sumsq[i] = 0.f;
-    AttnState st;
-    int cur_b = -1;  // the sequence whose attention state the registers hold
-    for (int t = 0; t < total; ++t) {
-      // Every thread is done with stage t - 1 (the x chunk was rewritten in place) before
-      // warp 0 refills it.
-      fence_proxy_async();
-      __syncthreads();
-      if (warp == 0 && t + Tr::kStages - 1 < total) issue(t + Tr::kStages - 1, page);
-      mbar_wait(full_bar(t), (t / Tr::kStages) & 1);
-      unsigned char* tile = stage(t);
-      if (t < t_qkv) {
-        const int rb = t / nk, kc = t % nk;
-        prepare_x_chunk(tile + Tr::kWTileBytes, kc, rb == 0, sumsq);
-        if (p.input_norm != nullptr) __syncthreads();
-        mma_tile(acc, tile, tile + Tr::kWTileBytes, 0, true, 0);
-        if (kc == nk - 1) {
-          store_acc(acc, part() + rb * kB * D, D, kB);  // [rb][b][row]
-          for (int j = 0; j < kNTiles; ++j)
-            for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
-        }
-        if (t == t_qkv - 1) {
-          __syncthreads();
-          finish_qkv();
-        }
-      } else if (t < t_qkv + t_attn) {
-        int b, tok0, ntok;
-        attn_tile(t - t_qkv, b, tok0, ntok);
-        while (cur_b < b) {  // sequences before b are done (some had no tiles here)
-          if (cur_b >= 0) flush(st, cur_b);
-          load_q(st, ++cur_b);
-        }
-        attn_consume(st, tile, ntok);
-      } else {
-        if (t == t_qkv + t_attn) {
-          while (cur_b < nb - 1) {
-            if (cur_b >= 0) flush(st, cur_b);
-            load_q(st, ++cur_b);
-          }
-          if (cur_b >= 0) flush(st, cur_b);
-          finish_attention();
-        }
-        const int to = t - t_qkv - t_attn, rb = to / o_col_tiles, kc = to % o_col_tiles;
-        mma_tile(acc, tile, reinterpret_cast<const unsigned char*>(o_s()), Tr::kOStride * 2, false,
-                 kc * kTileCols * 2);
-        if (kc == o_col_tiles - 1) {
-          float* dst = p.partial + (int64_t(kv_head) * p.batch + b0) * p.hidden + o_row_begin + rb * kTileRows;
-          store_acc(acc, dst, p.hidden, nb);
-          for (int j = 0; j < kNTiles; ++j)
-            for (int e = 0; e < 4; ++e) acc[j][e] = 0.f;
-        }
-      }
+    project_qkv();
+    __syncthreads();  // x_s is dead: its space becomes the warps' K/V rings
+    Cursor prod = first_stage();
+    for (int s = 0; s < kRingStages - 1; ++s) {
+      issue_stage(prod, s);
+      next_stage(prod);
     }
+    finish_qkv();
+    attend(prod);
+    prefetch_wo();
+    finish_attention();
+    project_out();
   }
 };
 
-template <typename T, int kGroup, int kNTiles>
-__global__ void __launch_bounds__(kThreads, 1) fused_decode_kernel(const __grid_constant__ FusedDecodeParams params) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  // TMA's 128-byte swizzle repeats every 1 KB: the ring starts on a 1 KB boundary.
-  unsigned char* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+template <typename T, int kGroup, int kNT>
+__global__ void __launch_bounds__(kThreads, kGroup <= 4 ? 2 : 1)
+    fused_decode_kernel(const __grid_constant__ FusedDecodeParams params) {
+  extern __shared__ __align__(16) unsigned char smem[];
   // The head-sum kernel may start launching now; it waits for this grid's completion itself.
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  FusedDecode<T, kGroup, kNTiles> k{params, smem};
+  FusedDecode<T, kGroup, kNT> k{params, smem};
   k.run();
 }
 

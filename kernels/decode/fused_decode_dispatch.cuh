@@ -1,5 +1,5 @@
 // Launches the fused decode kernel and the head sum for one element type: picks the kernel
-// of the group size and batch tile, sets its shared memory and cluster attributes once.
+// of the group size and batch tile, sizes its shared memory for the cluster's hidden slice.
 // Included by one instantiation file per element type (inst/).
 #pragma once
 
@@ -10,34 +10,22 @@
 
 namespace tessera::decode::kernels::sm90 {
 
-template <typename T, int kGroup, int kNTiles>
+template <typename T, int kGroup, int kNT>
 void* kernel_address() {
-  return reinterpret_cast<void*>(&fused_decode_kernel<T, kGroup, kNTiles>);
+  return reinterpret_cast<void*>(&fused_decode_kernel<T, kGroup, kNT>);
 }
 
-// The kernel for (group, batch): batch tiles of 8 for batches up to 8 (and group 8), else 16.
+// The kernel for (group, batch): batch tiles of 8 (kNT 1) or 16 (kNT 2), fused_decode_batch_tile.
 template <typename T>
-void* select_kernel(int group, int batch, int& smem_bytes, int& batch_tile) {
-  batch_tile = fused_decode_batch_tile(group, batch);
-  const bool wide = batch_tile == 16;
-#define TESSERA_DECODE_CASE(G)                                                    \
-  if (group == G) {                                                               \
-    if (wide) {                                                                   \
-      smem_bytes = DecodeTraits<T, G, 2>::kSmemBytes;                             \
-      return kernel_address<T, G, 2>();                                           \
-    }                                                                             \
-    smem_bytes = DecodeTraits<T, G, 1>::kSmemBytes;                               \
-    return kernel_address<T, G, 1>();                                             \
+void* select_kernel(int group, int batch) {
+  const bool wide = fused_decode_batch_tile(group, batch) == 16;
+  switch (group) {
+    case 1: return wide ? kernel_address<T, 1, 2>() : kernel_address<T, 1, 1>();
+    case 2: return wide ? kernel_address<T, 2, 2>() : kernel_address<T, 2, 1>();
+    case 4: return wide ? kernel_address<T, 4, 2>() : kernel_address<T, 4, 1>();
+    case 8: return kernel_address<T, 8, 1>();
+    default: return nullptr;
   }
-  TESSERA_DECODE_CASE(1)
-  TESSERA_DECODE_CASE(2)
-  TESSERA_DECODE_CASE(4)
-#undef TESSERA_DECODE_CASE
-  if (group == 8) {
-    smem_bytes = DecodeTraits<T, 8, 1>::kSmemBytes;
-    return kernel_address<T, 8, 1>();
-  }
-  return nullptr;
 }
 
 inline cudaLaunchConfig_t cluster_config(int cluster_size, int clusters, int batch_tiles,
@@ -55,19 +43,18 @@ inline cudaLaunchConfig_t cluster_config(int cluster_size, int clusters, int bat
   return config;
 }
 
-template <typename T>
-void prepare_kernel(void* kernel, int smem, int cluster_size) {
+inline void prepare_kernel(void* kernel, int smem, int cluster_size) {
   TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   if (cluster_size > 8)
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
 }
 
 template <typename T>
-int max_active_clusters(int group, int batch, int cluster_size) {
-  int smem = 0, tile = 0;
-  void* kernel = select_kernel<T>(group, batch, smem, tile);
-  if (kernel == nullptr) return 0;
-  prepare_kernel<T>(kernel, smem, cluster_size);
+int max_active_clusters(int group, int batch, int hidden, int cluster_size) {
+  void* kernel = select_kernel<T>(group, batch);
+  const int smem = fused_decode_smem_bytes(group, batch, hidden, cluster_size);
+  if (kernel == nullptr || smem > kMaxSmemBytes) return 0;
+  prepare_kernel(kernel, smem, cluster_size);
   cudaLaunchAttribute attr{};
   cudaLaunchConfig_t config = cluster_config(cluster_size, 1, 1, smem, nullptr, &attr);
   int clusters = 0;
@@ -80,11 +67,15 @@ int max_active_clusters(int group, int batch, int cluster_size) {
 
 template <typename T>
 void launch(const FusedDecodeParams& p, cudaStream_t stream) {
-  int smem = 0, tile = 0;
-  void* kernel = select_kernel<T>(p.group, p.batch, smem, tile);
+  void* kernel = select_kernel<T>(p.group, p.batch);
   TESSERA_CHECK(kernel != nullptr, ErrorCode::kUnsupported, "fused decode: group size ", p.group,
                 " has no kernel (1, 2, 4 or 8)");
-  prepare_kernel<T>(kernel, smem, p.cluster_size);
+  const int smem = fused_decode_smem_bytes(p.group, p.batch, p.hidden, p.cluster_size);
+  TESSERA_CHECK(smem <= kMaxSmemBytes, ErrorCode::kUnsupported, "fused decode: cluster_size = ",
+                p.cluster_size, " leaves a hidden slice whose kernel needs ", smem,
+                " bytes of shared memory (at most ", kMaxSmemBytes, "): use a larger cluster");
+  prepare_kernel(kernel, smem, p.cluster_size);
+  const int tile = fused_decode_batch_tile(p.group, p.batch);
   cudaLaunchAttribute attr{};
   cudaLaunchConfig_t config = cluster_config(p.cluster_size, p.num_kv_heads,
                                              (p.batch + tile - 1) / tile, smem, stream, &attr);

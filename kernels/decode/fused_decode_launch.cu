@@ -9,20 +9,17 @@ namespace tessera::decode::kernels {
 
 void launch_fused_decode_bf16(const FusedDecodeParams& p, cudaStream_t stream);
 void launch_fused_decode_f16(const FusedDecodeParams& p, cudaStream_t stream);
-int max_active_clusters_bf16(int group, int batch, int cluster_size);
-int max_active_clusters_f16(int group, int batch, int cluster_size);
-int smem_bytes_bf16(int group, int batch);
-int smem_bytes_f16(int group, int batch);
+int max_active_clusters_bf16(int group, int batch, int hidden, int cluster_size);
+int max_active_clusters_f16(int group, int batch, int hidden, int cluster_size);
 
 bool fused_decode_group_supported(int group) {
   return group == 1 || group == 2 || group == 4 || group == 8;
 }
 
-int fused_decode_smem_bytes(int group, int batch) { return smem_bytes_bf16(group, batch); }
-
-int fused_decode_max_active_clusters(Element element, int group, int batch, int cluster_size) {
-  return element == Element::kBF16 ? max_active_clusters_bf16(group, batch, cluster_size)
-                                   : max_active_clusters_f16(group, batch, cluster_size);
+int fused_decode_max_active_clusters(Element element, int group, int batch, int hidden,
+                                     int cluster_size) {
+  return element == Element::kBF16 ? max_active_clusters_bf16(group, batch, hidden, cluster_size)
+                                   : max_active_clusters_f16(group, batch, hidden, cluster_size);
 }
 
 void launch_fused_decode(const FusedDecodeParams& p, void* cuda_stream) {

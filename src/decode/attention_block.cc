@@ -161,6 +161,13 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
   }
 #ifdef TESSERA_WITH_CUDA
   if (cuda) {
+    const int smem = kernels::fused_decode_smem_bytes(int(m.group_size()),
+                                                      int(std::min<int64_t>(options.max_batch, 16)),
+                                                      int(m.hidden), cluster_size_);
+    TESSERA_CHECK(smem <= kernels::kMaxSmemBytes, ErrorCode::kUnsupported, "cluster_size = ",
+                  cluster_size_, ": the fused kernel's hidden slice of ", m.hidden / cluster_size_,
+                  " needs ", smem / 1024, " KB of shared memory at max_batch = ", options.max_batch,
+                  " (at most ", kernels::kMaxSmemBytes / 1024, " KB): expected a larger cluster size");
     TESSERA_CHECK(detail::cuda_max_active_clusters(options, cluster_size_) > 0,
                   ErrorCode::kUnsupported, "cluster_size = ", cluster_size_,
                   ": this device cannot launch a cluster of that many fused decode CTAs");

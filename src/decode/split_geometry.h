@@ -11,10 +11,12 @@
 
 #include <cstdint>
 
+#ifndef TESSERA_HOST_DEVICE
 #if defined(__CUDACC__)
 #define TESSERA_HOST_DEVICE __host__ __device__
 #else
 #define TESSERA_HOST_DEVICE
+#endif
 #endif
 
 namespace tessera::decode {

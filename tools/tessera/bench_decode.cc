@@ -154,7 +154,7 @@ DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t cont
   if (block.impl() == decode::DecodeImpl::kFused)
     r.resident_clusters = decode::kernels::fused_decode_max_active_clusters(
         decode::kernels::Element::kBF16, int(m.group_size()), int(std::min<int64_t>(batch, 16)),
-        block.cluster_size());
+        int(m.hidden), block.cluster_size());
   r.us = median_us(s, 10, iters, [&] { cudaGraphLaunch(exec, s); });
   r.bytes = double(2 * q + 2 * kv) * m.hidden * 2 +              // weights
             double(batch) * (context - 1) * kv * 2 * 2;          // K and V read

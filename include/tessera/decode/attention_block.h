@@ -21,9 +21,8 @@
 // (src/decode/split_emulation.h) and a float64 reference (src/decode/reference.h) checks both.
 //
 // Plan once (model, batch and context bounds, KV layout, device), then run() per step on a
-// stream: run() neither allocates nor synchronizes, so it can be captured in a CUDA graph. It
-// encodes the fused kernel's TMA descriptors on the host from the step's pointers (a few
-// microseconds of host time; a captured graph keeps them).
+// stream: run() neither allocates, synchronizes nor encodes descriptors (the kernel reads the
+// step's pointers as they are), so it can be captured in a CUDA graph.
 #pragma once
 
 #include <cstdint>

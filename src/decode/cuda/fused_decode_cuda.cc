@@ -6,7 +6,6 @@
 #include <cmath>
 
 #include "decode/decode_backend.h"
-#include "decode/cuda/fused_tensor_maps.h"
 #include "decode/decode_launch.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -38,7 +37,7 @@ int cuda_max_active_clusters(const AttentionBlockOptions& o, int cluster_size) {
   const int group = int(o.model.group_size());
   return kernels::fused_decode_max_active_clusters(element_of(o.dtype), group,
                                                    int(std::min<int64_t>(o.max_batch, 16)),
-                                                   cluster_size);
+                                                   int(o.model.hidden), cluster_size);
 }
 
 void cuda_fused_attention_block(const AttentionBlockOptions& o, int cluster_size,
@@ -78,8 +77,6 @@ void cuda_fused_attention_block(const AttentionBlockOptions& o, int cluster_size
   std::copy(inv_freq.begin(), inv_freq.end(), p.inv_freq);
   p.partial = workspace.data_as<float>();
   p.out = step.out.data();
-  const int64_t cache_rows = cache.k.size(0) * cache.k.size(1);  // [B, ctx] or [pages, page_size]
-  encode_fused_decode_tensor_maps(p, cache_rows, kernels::fused_decode_batch_tile(p.group, p.batch));
   kernels::launch_fused_decode(p, stream.cuda_stream());
 }
 
