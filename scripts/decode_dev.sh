@@ -54,4 +54,4 @@ tar czf "$out/logs.tgz" -C "$out" --exclude logs.tgz . 2>/dev/null && find "$out
 for f in cluster decode_sweep decode_flashinfer decode sanitize; do
   tar xzf "$out/logs.tgz" -O "./$f.log" 2>/dev/null | grep -v "^\[" | grep -v "^RESULT" | tail -40 | sed "1i === $f ==="
 done
-echo "=== gpu tests ==="; tar xzf "$out/logs.tgz" -O ./tests.log 2>/dev/null | grep -E "^\[  (PASSED|FAILED)|Failure|error:|Expected|Which is" | head -20
+has test && echo "=== gpu tests ===" && tar xzf "$out/logs.tgz" -O ./tests.log 2>/dev/null | grep -E "^\[  (PASSED|FAILED)|Failure|error:|Expected|Which is" | head -20

@@ -165,6 +165,9 @@ struct FusedDecode {
   }
   __device__ float* part() const { return reinterpret_cast<float*>(smem + L.part); }
   __device__ float* q_s() const { return reinterpret_cast<float*>(smem + L.q); }  // [B][G][D], log2-scaled
+  // Where dim d of a q row sits: dims 8l..8l+3 of every lane l first, then 8l+4..8l+7, so the
+  // 16 lanes of a half-warp read each half of their 8 dims as one conflict-free float4 row.
+  __device__ static int q_pos(int d) { return (d % 8 < 4 ? 0 : D / 2) + d / 8 * 4 + d % 4; }
   __device__ T* o_s() const { return reinterpret_cast<T*>(smem + L.q); }          // [B][o_stride]
   __device__ T* kv_new() const { return reinterpret_cast<T*>(smem + L.kv_new); }  // [B][2][D]
   __device__ float* warp_part() const { return reinterpret_cast<float*>(smem + L.warp_part); }
@@ -292,8 +295,8 @@ struct FusedDecode {
       const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
       if (h < kGroup) {
         const float scale = p.softmax_scale * log2e;
-        q_s()[(b * kGroup + h) * D + d] = y0 * scale;
-        q_s()[(b * kGroup + h) * D + d + D / 2] = y1 * scale;
+        q_s()[(b * kGroup + h) * D + q_pos(d)] = y0 * scale;
+        q_s()[(b * kGroup + h) * D + q_pos(d + D / 2)] = y1 * scale;
       } else {
         kv_new()[b * 2 * D + d] = cl::from_f32<T>(y0);
         kv_new()[b * 2 * D + d + D / 2] = cl::from_f32<T>(y1);
@@ -315,7 +318,7 @@ struct FusedDecode {
       for (int bh = warp; bh < nb * kGroup; bh += kWarps) {
         const int b = bh / kGroup;
         float s = 0;
-        for (int d = lane; d < D; d += 32) s += q_s()[bh * D + d] * cl::to_f32(kv_new()[b * 2 * D + d]);
+        for (int d = lane; d < D; d += 32) s += q_s()[bh * D + q_pos(d)] * cl::to_f32(kv_new()[b * 2 * D + d]);
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
         if (lane == 0) s_new()[bh] = s;
@@ -393,7 +396,7 @@ struct FusedDecode {
   // [8 * l16, +8); q stays in shared memory (registers go to the loads in flight).
   struct AttnState {
     float m[kGroup], l[kGroup], o[kGroup][8];
-    const float* q;  // q_s row of the sequence: [G][D]
+    const float* q;  // this lane's first q_pos in the sequence's q_s rows [G][D]
   };
 
   __device__ void start_sequence(AttnState& st, int b) const {
@@ -404,7 +407,7 @@ struct FusedDecode {
 #pragma unroll
       for (int e = 0; e < 8; ++e) st.o[g][e] = 0.f;
     }
-    st.q = q_s() + b * kGroup * D + (lane % 16) * 8;
+    st.q = q_s() + b * kGroup * D + (lane % 16) * 4;
   }
 
   // Half-warp h takes tokens h and h + 2 of the stage: their scores reduce side by side and
@@ -420,14 +423,19 @@ struct FusedDecode {
       valid[i] = t < ntok;
       // Rows past ntok hold stale bytes (maybe NaN patterns): read zeros instead, since their
       // zero softmax weight would not cancel a NaN.
-      const uint4 zero = make_uint4(0, 0, 0, 0);
-      to_float8<T>(valid[i] ? *reinterpret_cast<const uint4*>(stage + t * D * 2 + l16 * 16) : zero, k[i]);
-      to_float8<T>(valid[i] ? *reinterpret_cast<const uint4*>(stage + kStageBytes / 2 + t * D * 2 + l16 * 16) : zero, v[i]);
+      // (Values, not a conditional reference: that compiled to eight 2-byte generic loads.)
+      uint4 kr = make_uint4(0, 0, 0, 0), vr = kr;
+      if (valid[i]) {
+        kr = *reinterpret_cast<const uint4*>(stage + t * D * 2 + l16 * 16);
+        vr = *reinterpret_cast<const uint4*>(stage + kStageBytes / 2 + t * D * 2 + l16 * 16);
+      }
+      to_float8<T>(kr, k[i]);
+      to_float8<T>(vr, v[i]);
     }
 #pragma unroll
     for (int g = 0; g < kGroup; ++g) {
       const float4 q0 = *reinterpret_cast<const float4*>(st.q + g * D);
-      const float4 q1 = *reinterpret_cast<const float4*>(st.q + g * D + 4);
+      const float4 q1 = *reinterpret_cast<const float4*>(st.q + g * D + D / 2);
       const float q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
       float s[kPer];
 #pragma unroll
