@@ -5,8 +5,9 @@
 # and print a short table last.
 #   device run, kind nvidia-h200, carry [.deps/cutlass, .deps/googletest, .whl]:
 #     bash scripts/decode_dev.sh $OUT
-# STAGES selects parts (default "build test bench sweep peer"; "sanitize" adds compute-sanitizer
-# over the cluster and decode GPU tests); CONTEXTS, BATCHES the cases.
+# STAGES selects parts (default "build test bench sweep peer"; "tune" runs `tessera tune decode`
+# into OUTDIR/decode_tune.tsv and times the tuned plans; "sanitize" adds compute-sanitizer over
+# the cluster and decode GPU tests); CONTEXTS, BATCHES the cases.
 set -uo pipefail
 out=${1:?usage: scripts/decode_dev.sh OUTDIR}
 mkdir -p "$out"
@@ -39,6 +40,12 @@ if has sweep; then
   $bin bench decode --batches 1,16 --contexts 4096 --cluster-sizes 1,2,4,8,16 --impls fused \
     --json "$out/decode_sweep.json" >"$out/decode_sweep.log" 2>&1 || echo "sweep failed"
 fi
+if has tune; then
+  $bin tune decode --batches "$batches" --contexts "$contexts" --candidates 1,2,4,8,16 --iters 30 \
+    --table "$out/decode_tune.tsv" >"$out/decode_tune.log" 2>&1 || echo "tune failed"
+  TESSERA_DECODE_TUNE_TABLE="$out/decode_tune.tsv" $bin bench decode --batches "$batches" --contexts "$contexts" \
+    --impls fused --json "$out/decode_tuned.json" >"$out/decode_tuned.log" 2>&1 || echo "bench decode (tuned) failed"
+fi
 if has peer; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >"$out/pip.log" 2>&1 && PYTHONPATH=/tmp/site python3 bench/anchors/flashinfer_decode.py \
@@ -51,7 +58,7 @@ if has sanitize; then
   mv "$out/sanitize.txt" "$out/sanitize.log"
 fi
 tar czf "$out/logs.tgz" -C "$out" --exclude logs.tgz . 2>/dev/null && find "$out" -name '*.log' -delete
-for f in cluster decode_sweep decode_flashinfer decode sanitize; do
+for f in cluster decode_sweep decode_tune decode_tuned decode_flashinfer decode sanitize; do
   tar xzf "$out/logs.tgz" -O "./$f.log" 2>/dev/null | grep -v "^\[" | grep -v "^RESULT" | tail -40 | sed "1i === $f ==="
 done
 has test && echo "=== gpu tests ===" && tar xzf "$out/logs.tgz" -O ./tests.log 2>/dev/null | grep -E "^\[  (PASSED|FAILED)|Failure|error:|Expected|Which is" | head -20
