@@ -442,7 +442,7 @@ Plan plan_mesh(const PlanRequest& request, const CostModel& model) {
   const int a0 = request.options.mesh_rows;
   const int b0 = request.options.mesh_cols;
   if (a0 != 0 || b0 != 0) {
-    TESSERA_CHECK_ARG(a0 >= 1 && b0 >= 1 && a0 * b0 == P, "mesh tile = ", a0, " x ", b0,
+    TESSERA_CHECK_ARG(a0 >= 1 && b0 >= 1 && int64_t(a0) * b0 == P, "mesh tile = ", a0, " x ", b0,
                       ": expected a * b = ", P, " ranks");
     return build_mesh(request, a0, b0, mesh_costs(request, a0, b0, model));
   }
