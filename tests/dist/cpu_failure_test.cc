@@ -1,5 +1,5 @@
 // No hangs on the cpu backend: a rank that skips a collective, a recv nobody answers, a
-// signal never sent, a rank that throws, ranks that call different collectives, and bad
+// signal never sent (from one rank, or from one of several), a rank that throws, ranks that call different collectives, and bad
 // arguments passed on every rank. Each must end within the (shortened) wait timeout with an
 // error that names who waited for whom.
 #include <gtest/gtest.h>
@@ -89,6 +89,20 @@ TEST(CpuFailure, UnansweredRecvAndSignalTimeOut) {
                    ErrorCode::kTimeout,
                    {"rank 0 waited", "wait_signal(slot 5 >= 1) for rank 1", "the slot holds 0"});
     }
+  });
+}
+
+// A wait any rank may satisfy (a signal barrier: each member adds 1) cannot tell from the
+// slot's value who is missing; the timeout names the ranks that raised the slot fewest times.
+TEST(CpuFailure, SignalWaitForAnyRankNamesTheRanksBehind) {
+  ScopedWaitTimeout timeout(kTimeoutMs);
+  run_cpu_ranks(4, 2, test_options(), [&](RankContext& ctx) {
+    if (ctx.rank == 1 || ctx.rank == 3) ctx.heap->signal(0, 7, SignalOp::kAdd, 1, ctx.stream);
+    if (ctx.rank != 0) return;
+    expect_error([&] { ctx.heap->wait_signal(7, WaitCmp::kGe, 3, -1, ctx.stream); },
+                 ErrorCode::kTimeout,
+                 {"wait_signal(slot 7 >= 3) for any rank: the slot holds 2",
+                  "raises of the slot so far (rank 1: 1, rank 2: 0, rank 3: 1): waiting for rank 2"});
   });
 }
 

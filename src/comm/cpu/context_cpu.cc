@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comm/cpu/cpu_communicator.h"
+#include "comm/cpu/cpu_fault.h"
 #include "comm/cpu/cpu_symmetric_heap.h"
 #include "comm/cpu/cpu_world.h"
 #include "tessera/comm/context.h"
@@ -47,6 +48,7 @@ void run_cpu_ranks(int world_size, int num_machines, const ContextOptions& optio
   TESSERA_CHECK_ARG(bool(body), "run_cpu_ranks: body is empty");
   Topology topology = cpu_topology(world_size, num_machines);
   topology.cross_link = options.emulated_link;
+  const cpu::FaultSpec faults = cpu::fault_spec_from_params(world_size);
 
   auto failure = std::make_shared<cpu::FailureState>(world_size);
   std::vector<int> ranks(world_size);
@@ -60,6 +62,7 @@ void run_cpu_ranks(int world_size, int num_machines, const ContextOptions& optio
   std::vector<RankOutcome> outcomes(world_size);
   auto run_rank = [&](int r) {
     set_thread_rank(r);
+    cpu::ScopedRankFaults scoped_faults(faults, r);
     try {
       RankContext ctx;
       ctx.rank = r;

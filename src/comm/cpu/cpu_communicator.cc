@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "comm/cpu/cpu_fault.h"
 #include "comm/cpu/cpu_reduce.h"
 #include "tessera/core/error.h"
 
@@ -67,6 +68,7 @@ int CpuCommunicator::global_rank(int group_rank) const {
 void CpuCommunicator::run_collective(
     const std::string& op, Contribution mine, bool lends_buffers,
     const std::function<void(CollectiveSlot&, uint64_t seq)>& body) {
+  fault_point(op.c_str());
   const uint64_t seq = ++num_collectives_;
   // In-place use: peers must read a copy, since this rank overwrites recv while they read.
   std::vector<std::byte> staged;
@@ -215,6 +217,7 @@ void CpuCommunicator::recv(const TensorView& data, int peer, const Stream& s) {
 }
 
 void CpuCommunicator::issue_send(const TensorView& data, int peer) {
+  fault_point("send");
   Message m;
   m.dtype = data.dtype();
   m.count = data.numel();
@@ -225,6 +228,7 @@ void CpuCommunicator::issue_send(const TensorView& data, int peer) {
 }
 
 void CpuCommunicator::issue_recv(const TensorView& data, int peer) {
+  fault_point("recv");
   const uint64_t idx = ++num_recvs_from_[peer];
   Message m = world_->take(peer, rank_, idx);
   TESSERA_CHECK_ARG(m.dtype == data.dtype() && m.count == data.numel(), "recv #", idx, " from ",

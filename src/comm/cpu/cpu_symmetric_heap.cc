@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <thread>
 
+#include "comm/cpu/cpu_fault.h"
 #include "tessera/comm/emulation.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
@@ -66,6 +68,8 @@ CpuHeapShared::CpuHeapShared(const Topology& topology, size_t heap_bytes,
     arenas_.push_back(static_cast<std::byte*>(p));
     signals_.push_back(std::make_unique<std::atomic<uint64_t>[]>(kCpuSignalSlots));
   }
+  raise_counts_ = std::make_unique<std::atomic<std::atomic<uint32_t>*>[]>(
+      size_t(topology.world_size) * kCpuSignalSlots);
 }
 
 CpuHeapShared::~CpuHeapShared() {
@@ -93,6 +97,33 @@ CpuWorld::Clock::time_point CpuHeapShared::reserve_link(int src_rank, int dst_ra
   egress_free_[size_t(src_rank)] = end;
   ingress_free_[size_t(dst_rank)] = end;
   return end + latency;
+}
+
+void CpuHeapShared::count_raise(int dst_rank, int slot, int src_rank) {
+  std::atomic<std::atomic<uint32_t>*>& entry =
+      raise_counts_[size_t(dst_rank) * kCpuSignalSlots + size_t(slot)];
+  std::atomic<uint32_t>* counts = entry.load(std::memory_order_acquire);
+  if (counts == nullptr) {
+    std::lock_guard<std::mutex> lock(raise_mutex_);
+    counts = entry.load(std::memory_order_acquire);
+    if (counts == nullptr) {
+      raise_storage_.push_back(std::make_unique<std::atomic<uint32_t>[]>(size_t(size())));
+      counts = raise_storage_.back().get();
+      entry.store(counts, std::memory_order_release);
+    }
+  }
+  counts[src_rank].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::vector<uint32_t> CpuHeapShared::raises(int dst_rank, int slot) const {
+  std::vector<uint32_t> out(size_t(size()), 0);
+  const std::atomic<uint32_t>* counts =
+      raise_counts_[size_t(dst_rank) * kCpuSignalSlots + size_t(slot)].load(
+          std::memory_order_acquire);
+  if (counts != nullptr) {
+    for (int r = 0; r < size(); ++r) out[size_t(r)] = counts[r].load(std::memory_order_relaxed);
+  }
+  return out;
 }
 
 CpuSymmetricHeap::CpuSymmetricHeap(std::shared_ptr<CpuHeapShared> shared, int rank)
@@ -134,6 +165,7 @@ void CpuSymmetricHeap::sleep_until(CpuWorld::Clock::time_point until) {
 }
 
 SymmetricBuffer CpuSymmetricHeap::allocate(size_t bytes) {
+  fault_point("heap.allocate");
   const std::string op = "heap.allocate";
   const uint64_t seq = ++num_collectives_;
   Contribution mine;
@@ -181,6 +213,7 @@ void* CpuSymmetricHeap::peer_ptr(const SymmetricBuffer& buffer, int peer) const 
 
 void CpuSymmetricHeap::put(const SymmetricBuffer& dst, size_t dst_offset, const void* src,
                            size_t bytes, int peer, const Stream& s) {
+  fault_point("put");
   const auto start = CpuWorld::Clock::now();
   check_cpu_stream(s, "put");
   check_put_args(dst, dst_offset, bytes, peer, "put");
@@ -192,6 +225,7 @@ void CpuSymmetricHeap::put(const SymmetricBuffer& dst, size_t dst_offset, const 
 
 void CpuSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_offset, size_t bytes,
                            int peer, const Stream& s) {
+  fault_point("get");
   const auto start = CpuWorld::Clock::now();
   check_cpu_stream(s, "get");
   check_put_args(src, src_offset, bytes, peer, "get");
@@ -204,6 +238,7 @@ void CpuSymmetricHeap::get(void* dst, const SymmetricBuffer& src, size_t src_off
 void CpuSymmetricHeap::put_2d(const SymmetricBuffer& dst, size_t dst_offset, size_t dst_pitch,
                               const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
                               int peer, const Stream& s) {
+  fault_point("put_2d");
   const auto start = CpuWorld::Clock::now();
   check_cpu_stream(s, "put_2d");
   check_put_2d_args(dst, dst_offset, dst_pitch, "dst_pitch", src, src_pitch, "src", row_bytes, rows,
@@ -222,6 +257,7 @@ void CpuSymmetricHeap::put_2d(const SymmetricBuffer& dst, size_t dst_offset, siz
 void CpuSymmetricHeap::get_2d(void* dst, size_t dst_pitch, const SymmetricBuffer& src,
                               size_t src_offset, size_t src_pitch, size_t row_bytes, size_t rows,
                               int peer, const Stream& s) {
+  fault_point("get_2d");
   const auto start = CpuWorld::Clock::now();
   check_cpu_stream(s, "get_2d");
   check_put_2d_args(src, src_offset, src_pitch, "src_pitch", dst, dst_pitch, "dst", row_bytes, rows,
@@ -258,6 +294,9 @@ void CpuSymmetricHeap::hold_for_link(int token, const Stream& s) {
 
 void CpuSymmetricHeap::update_signal(int peer, int signal_slot, SignalOp op, uint64_t value) {
   std::atomic<uint64_t>& word = shared_->signal_word(peer, signal_slot);
+  // Before the raise itself: a waiter that sees the raise and then times out on a later one
+  // must not find this one uncounted. (A rank's own updates of its slot are resets.)
+  if (peer != rank_) shared_->count_raise(peer, signal_slot, rank_);
   // Release: whatever this rank wrote before (the put's data) is visible to an acquire reader.
   if (op == SignalOp::kSet) {
     word.store(value, std::memory_order_release);
@@ -276,6 +315,7 @@ void CpuSymmetricHeap::put_with_signal(const SymmetricBuffer& dst, size_t dst_of
 
 void CpuSymmetricHeap::signal(int peer, int signal_slot, SignalOp op, uint64_t value,
                               const Stream& s) {
+  fault_point("signal");
   const auto start = CpuWorld::Clock::now();
   check_cpu_stream(s, "signal");
   TESSERA_CHECK_ARG(peer >= 0 && peer < size(), "signal: peer = ", peer, ": expected 0..",
@@ -287,6 +327,7 @@ void CpuSymmetricHeap::signal(int peer, int signal_slot, SignalOp op, uint64_t v
 
 void CpuSymmetricHeap::wait_signal(int signal_slot, WaitCmp cmp, uint64_t value, int from_rank,
                                    const Stream& s) {
+  fault_point("wait_signal");
   check_cpu_stream(s, "wait_signal");
   check_signal_slot(signal_slot, "wait_signal");
   TESSERA_CHECK_ARG(from_rank >= -1 && from_rank < size(), "wait_signal: from_rank = ", from_rank,
@@ -318,11 +359,29 @@ void CpuSymmetricHeap::wait_signal(int signal_slot, WaitCmp cmp, uint64_t value,
       throw_error(ErrorCode::kTimeout,
                   str("rank ", rank_, " waited ", elapsed_ms(start), " ms in wait_signal(slot ",
                       signal_slot, " ", wait_cmp_name(cmp), " ", value, ") for ", whom,
-                      ": the slot holds ", v));
+                      ": the slot holds ", v,
+                      from_rank >= 0 ? std::string() : behind(signal_slot, awaited)));
     }
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, std::chrono::microseconds(200));
   }
+}
+
+std::string CpuSymmetricHeap::behind(int signal_slot, const std::vector<int>& awaited) const {
+  if (awaited.empty()) return "";
+  const std::vector<uint32_t> raises = shared_->raises(rank_, signal_slot);
+  uint32_t fewest = std::numeric_limits<uint32_t>::max();
+  for (int r : awaited) fewest = std::min(fewest, raises[size_t(r)]);
+  std::vector<int> lagging;
+  std::string counts;
+  for (int r : awaited) {
+    if (raises[size_t(r)] == fewest) lagging.push_back(r);
+    counts += str(counts.empty() ? "" : ", ", "rank ", r, ": ", raises[size_t(r)]);
+  }
+  std::string names;
+  for (int r : lagging) names += str(names.empty() ? "" : ", ", r);
+  return str("; raises of the slot so far (", counts, "): waiting for rank",
+             lagging.size() > 1 ? "s " : " ", names);
 }
 
 uint64_t CpuSymmetricHeap::read_signal(int signal_slot) const {
@@ -331,6 +390,7 @@ uint64_t CpuSymmetricHeap::read_signal(int signal_slot) const {
 }
 
 void CpuSymmetricHeap::barrier(const Stream& s) {
+  fault_point("heap.barrier");
   check_cpu_stream(s, "heap.barrier");
   const std::string op = "heap.barrier";
   const uint64_t seq = ++num_collectives_;

@@ -12,7 +12,9 @@
 // (egress) and receives (ingress): a transfer occupies the sender's egress and the receiver's
 // ingress from max(now, both free) for bytes / bandwidth, as the sim's link model does.
 // Signals carry the latency only. wait_signal and barrier are bounded by wait_timeout_ms() and stop
-// early with kPeerFailure when the rank they wait for failed.
+// early with kPeerFailure when the rank they wait for failed. A slot's value does not say who
+// raised it, so each slot also counts its raises per source rank: a wait that any rank may
+// satisfy (a signal barrier) names, when it times out, the ranks that raised it fewest times.
 #pragma once
 
 #include <atomic>
@@ -52,6 +54,12 @@ class CpuHeapShared {
   // than `now`; returns when the last byte arrives (end of the reservation + latency).
   CpuWorld::Clock::time_point reserve_link(int src_rank, int dst_rank, size_t bytes,
                                            CpuWorld::Clock::time_point now);
+  // Counts a raise of `dst_rank`'s signal `slot` by `src_rank`. A wait that several ranks
+  // may satisfy (a signal barrier) cannot tell from the slot's value who is missing; on a
+  // timeout it names the ranks that raised the slot fewest times (raises()).
+  void count_raise(int dst_rank, int slot, int src_rank);
+  // Raises of `dst_rank`'s `slot` so far, per source rank (all 0 before the first).
+  std::vector<uint32_t> raises(int dst_rank, int slot) const;
 
  private:
   Topology topology_;
@@ -61,6 +69,11 @@ class CpuHeapShared {
   CpuWorld world_;  // rendezvous of allocate() and barrier(), apart from the communicators'
   std::mutex link_mutex_;
   std::vector<CpuWorld::Clock::time_point> egress_free_, ingress_free_;  // per rank's NIC
+  // [rank * kCpuSignalSlots + slot] -> per-source raise counts, allocated on the first raise
+  // (most slots are never raised, and size() x size() counters per slot would not fit).
+  std::unique_ptr<std::atomic<std::atomic<uint32_t>*>[]> raise_counts_;
+  std::mutex raise_mutex_;  // allocation only
+  std::vector<std::unique_ptr<std::atomic<uint32_t>[]>> raise_storage_;
 };
 
 class CpuSymmetricHeap final : public SymmetricHeap {
@@ -104,6 +117,9 @@ class CpuSymmetricHeap final : public SymmetricHeap {
   // `dst_rank` at `start` (one of them is this rank; same-machine traffic returns at once).
   void pace(int src_rank, int dst_rank, size_t bytes, CpuWorld::Clock::time_point start) const;
   void update_signal(int peer, int signal_slot, SignalOp op, uint64_t value);
+  // For the timeout of a wait several ranks may satisfy: "; raises of the slot so far (...):
+  // waiting for rank(s) ..." naming the awaited ranks that raised it fewest times.
+  std::string behind(int signal_slot, const std::vector<int>& awaited) const;
   static void sleep_until(CpuWorld::Clock::time_point until);
 
   std::shared_ptr<CpuHeapShared> shared_;
