@@ -1,7 +1,7 @@
 // No hangs on the cpu backend: a rank that skips a collective, a recv nobody answers, a
-// signal never sent (from one rank, or from one of several), a rank that throws, ranks that call different collectives, and bad
-// arguments passed on every rank. Each must end within the (shortened) wait timeout with an
-// error that names who waited for whom.
+// signal never sent (from one rank, or from one of several), a rank that throws, ranks that call
+// different collectives, and bad arguments passed on every rank. Each must end within the
+// (shortened) wait timeout with an error that names who waited for whom.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -99,10 +99,10 @@ TEST(CpuFailure, SignalWaitForAnyRankNamesTheRanksBehind) {
   run_cpu_ranks(4, 2, test_options(), [&](RankContext& ctx) {
     if (ctx.rank == 1 || ctx.rank == 3) ctx.heap->signal(0, 7, SignalOp::kAdd, 1, ctx.stream);
     if (ctx.rank != 0) return;
-    expect_error([&] { ctx.heap->wait_signal(7, WaitCmp::kGe, 3, -1, ctx.stream); },
-                 ErrorCode::kTimeout,
-                 {"wait_signal(slot 7 >= 3) for any rank: the slot holds 2",
-                  "raises of the slot so far (rank 1: 1, rank 2: 0, rank 3: 1): waiting for rank 2"});
+    expect_error(
+        [&] { ctx.heap->wait_signal(7, WaitCmp::kGe, 3, -1, ctx.stream); }, ErrorCode::kTimeout,
+        {"wait_signal(slot 7 >= 3) for any rank: the slot holds 2",
+         "raises of the slot so far (rank 1: 1, rank 2: 0, rank 3: 1): waiting for rank 2"});
   });
 }
 

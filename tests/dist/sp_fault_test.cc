@@ -4,9 +4,10 @@
 // must stop with an error that names the rank it waited for (directly, or through the error
 // of the rank it waited for, which names its own), within the timeout, in run() or, where its
 // part of the plan no longer needed the victim, at the world barrier that follows (a model's
-// next collective); run_cpu_ranks must rethrow (so the CLI exits non-zero); nothing may hang. Faults are injected with
-// TESSERA_CPU_FAULT (src/comm/cpu/cpu_fault.h) at the victim's communication call halfway
-// between the end of create() and the end of run(), counted on a clean run first.
+// next collective); run_cpu_ranks must rethrow (so the CLI exits non-zero); nothing may hang.
+// Faults are injected with TESSERA_CPU_FAULT (src/comm/cpu/cpu_fault.h) at the victim's
+// communication call halfway between the end of create() and the end of run(), counted on a clean
+// run first.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -131,12 +132,10 @@ struct MethodCase {
 
 // Two- and one-sided methods, collectives (Ulysses' all-to-all), point-to-point (ring),
 // signals and signal barriers (one-sided), and a 2-D mesh.
-const MethodCase kMethods[] = {{Method::kRing, CommMode::kTwoSided},
-                               {Method::kRing, CommMode::kOneSided},
-                               {Method::kUlysses, CommMode::kTwoSided},
-                               {Method::kUsp, CommMode::kTwoSided},
-                               {Method::kTorus, CommMode::kOneSided},
-                               {Method::kMesh, CommMode::kTwoSided}};
+const MethodCase kMethods[] = {
+    {Method::kRing, CommMode::kTwoSided},    {Method::kRing, CommMode::kOneSided},
+    {Method::kUlysses, CommMode::kTwoSided}, {Method::kUsp, CommMode::kTwoSided},
+    {Method::kTorus, CommMode::kOneSided},   {Method::kMesh, CommMode::kTwoSided}};
 
 std::string case_name(const MethodCase& m) {
   return str(method_name(m.method), " ", comm_mode_name(m.comm));
@@ -275,9 +274,10 @@ TEST(SpFault, BadFaultSpecIsRefusedBeforeAnyRankStarts) {
   for (const char* spec : {"explode:1:1", "die:4:1", "die:1:0", "stall:1", "die:-1:3"}) {
     ScopedCpuFault fault(spec);
     bool ran = false;
-    testing::expect_error([&] { run_cpu_ranks(4, 1, context_options(), [&](RankContext&) { ran = true; }); },
-                          ErrorCode::kInvalidArgument,
-                          {str("TESSERA_CPU_FAULT = '", spec, "': expected <die|stall>:<rank>:<call>")});
+    testing::expect_error(
+        [&] { run_cpu_ranks(4, 1, context_options(), [&](RankContext&) { ran = true; }); },
+        ErrorCode::kInvalidArgument,
+        {str("TESSERA_CPU_FAULT = '", spec, "': expected <die|stall>:<rank>:<call>")});
     EXPECT_FALSE(ran) << spec;
   }
 }

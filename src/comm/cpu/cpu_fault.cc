@@ -50,7 +50,8 @@ FaultSpec fault_spec_from_params(int world_size) {
   const size_t b = a == std::string::npos ? a : spec.text.find(':', a + 1);
   TESSERA_CHECK_ARG(b != std::string::npos, kCpuFault.name(), " = '", spec.text, expected);
   const std::string kind = spec.text.substr(0, a);
-  TESSERA_CHECK_ARG(kind == "die" || kind == "stall", kCpuFault.name(), " = '", spec.text, expected);
+  TESSERA_CHECK_ARG(kind == "die" || kind == "stall", kCpuFault.name(), " = '", spec.text,
+                    expected);
   spec.kind = kind == "die" ? FaultSpec::Kind::kDie : FaultSpec::Kind::kStall;
   spec.rank = int(parse_count(spec.text.substr(a + 1, b - a - 1), 0, world_size - 1));
   spec.call = parse_count(spec.text.substr(b + 1), 1, int64_t(1) << 60);
@@ -74,9 +75,10 @@ void fault_point(const char* op) {
   if (f->spec.kind == FaultSpec::Kind::kNone || f->rank != f->spec.rank || call != f->spec.call) {
     return;
   }
-  const std::string what = str("injected fault (", kCpuFault.name(), "=", f->spec.text, "): rank ",
-                               f->rank, " ", f->spec.kind == FaultSpec::Kind::kDie ? "died" : "stalled",
-                               " at its communication call #", call, " (", op, ")");
+  const std::string what =
+      str("injected fault (", kCpuFault.name(), "=", f->spec.text, "): rank ", f->rank, " ",
+          f->spec.kind == FaultSpec::Kind::kDie ? "died" : "stalled",
+          " at its communication call #", call, " (", op, ")");
   if (f->spec.kind == FaultSpec::Kind::kDie) throw_error(ErrorCode::kSystem, what);
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * wait_timeout_ms()));
 }

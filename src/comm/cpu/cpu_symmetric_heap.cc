@@ -356,11 +356,11 @@ void CpuSymmetricHeap::wait_signal(int signal_slot, WaitCmp cmp, uint64_t value,
                       " failed: ", message));
     }
     if (CpuWorld::Clock::now() >= deadline) {
-      throw_error(ErrorCode::kTimeout,
-                  str("rank ", rank_, " waited ", elapsed_ms(start), " ms in wait_signal(slot ",
-                      signal_slot, " ", wait_cmp_name(cmp), " ", value, ") for ", whom,
-                      ": the slot holds ", v,
-                      from_rank >= 0 ? std::string() : behind(signal_slot, awaited)));
+      throw_error(
+          ErrorCode::kTimeout,
+          str("rank ", rank_, " waited ", elapsed_ms(start), " ms in wait_signal(slot ",
+              signal_slot, " ", wait_cmp_name(cmp), " ", value, ") for ", whom, ": the slot holds ",
+              v, from_rank >= 0 ? std::string() : behind(signal_slot, awaited)));
     }
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, std::chrono::microseconds(200));
