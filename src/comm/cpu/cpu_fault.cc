@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tessera/core/error.h"
+#include "tessera/core/logging.h"
 #include "tessera/core/params.h"
 
 namespace tessera::cpu {
@@ -80,7 +81,9 @@ void fault_point(const char* op) {
           f->spec.kind == FaultSpec::Kind::kDie ? "died" : "stalled",
           " at its communication call #", call, " (", op, ")");
   if (f->spec.kind == FaultSpec::Kind::kDie) throw_error(ErrorCode::kSystem, what);
-  std::this_thread::sleep_for(std::chrono::milliseconds(2 * wait_timeout_ms()));
+  const int64_t stall_ms = 2 * wait_timeout_ms();
+  TESSERA_LOG(kWarn, what, ": sleeping ", stall_ms, " ms");
+  std::this_thread::sleep_for(std::chrono::milliseconds(stall_ms));
 }
 
 int64_t communication_calls() {
