@@ -8,21 +8,24 @@
 // region and reaches a peer's by its rank (PeerBuffers below).
 //
 //   all_reduce(buf[count])   buf = op over ranks 0..N-1 of every CTA's buf, on every CTA.
-//                            Reduce-scatter then all-gather: CTA r reduces slice r of the
-//                            buffer (reading it from every peer in rank order 0, 1, ..., N-1,
-//                            accumulating in f32), then every CTA copies the reduced slices.
-//                            Each element is reduced once, by one CTA, in a fixed order: the
-//                            result is bitwise the same on every CTA and from run to run, for
-//                            any cluster size (1 to 16, powers of two or not).
+//                            Up to one 16-byte vector a thread: every CTA reduces the whole
+//                            buffer (two cluster barriers). Larger: reduce-scatter then
+//                            all-gather, CTA r reducing slice r and every CTA copying the
+//                            reduced slices (three barriers, less DSMEM traffic). Either way
+//                            each element is reduced from every peer in rank order 0, 1, ...,
+//                            N-1, accumulating in f32: the result is bitwise the same on every
+//                            CTA and from run to run, for any cluster size (1 to 16, powers of
+//                            two or not).
 //   all_gather(buf[N][count]) CTA r's slot buf[r] is copied into every peer's buf[r].
 //   reduce_scalar(v)         one f32 per CTA (after a block reduction) combined in rank order
 //                            and returned on every thread of every CTA: softmax maxima and sums,
 //                            RMS sums of squares.
 //
 // Synchronization: each collective starts with a cluster barrier (every CTA's input is in
-// place) and ends with one (no CTA reuses or leaves its buffer while a peer still reads it),
-// so calls can follow each other on the same buffer. DSMEM traffic of all_reduce: every CTA
-// reads (N-1)/N of the buffer twice; all_gather: (N-1) slots.
+// place) and no CTA writes or leaves its buffer until every peer has read it (the one-vector
+// all_reduce writes its result after its second barrier), so calls can follow each other on
+// the same buffer. DSMEM traffic of all_reduce: every CTA reads (N-1)/N of the buffer twice
+// (one-vector form: N-1 copies of it); all_gather: (N-1) slots.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -119,6 +122,31 @@ __device__ void copy_range(T* dst, const T* src, int begin, int end) {
   for (int i = full_end + threadIdx.x; i < end; i += blockDim.x) dst[i] = src[i];
 }
 
+// Vector i of buf reduced over ranks 0..n-1 in rank order (f32 accumulation). Four peers'
+// vectors are requested before any is added: a DSMEM round trip per four peers, not per peer.
+template <typename T, typename Op, typename Peers>
+__device__ Vec<T> reduce_vector(T* buf, int i, unsigned n, Op op, Peers peers) {
+  constexpr int V = kVec<T>;
+  float acc[V];
+#pragma unroll
+  for (int e = 0; e < V; ++e) acc[e] = Op::kIdentity;
+  for (unsigned p0 = 0; p0 < n; p0 += kPeersInFlight) {
+    Vec<T> x[kPeersInFlight];
+#pragma unroll
+    for (unsigned q = 0; q < kPeersInFlight; ++q)
+      if (p0 + q < n) x[q] = *reinterpret_cast<const Vec<T>*>(peers(buf, p0 + q) + i);
+#pragma unroll
+    for (unsigned q = 0; q < kPeersInFlight; ++q)
+      if (p0 + q < n)
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = p0 + q == 0 ? to_f32(x[q].v[e]) : op(acc[e], to_f32(x[q].v[e]));
+  }
+  Vec<T> out;
+#pragma unroll
+  for (int e = 0; e < V; ++e) out.v[e] = from_f32<T>(acc[e]);
+  return out;
+}
+
 // buf[count] (16-byte aligned) = op over the cluster's ranks, on every rank. See the header.
 template <typename T, typename Op, typename Peers = DsmemPeers>
 __device__ void all_reduce(T* buf, int count, Op op, Peers peers = {}) {
@@ -126,31 +154,22 @@ __device__ void all_reduce(T* buf, int count, Op op, Peers peers = {}) {
   const unsigned rank = cluster_rank(), n = cluster_size();
   peers.fence();
   cluster_sync();
+  if (count % V == 0 && count <= int(blockDim.x) * V) {
+    // One vector a thread: every CTA reduces the whole buffer (the same rank order, so the
+    // same bits everywhere), waits until every peer has read its copy, then writes.
+    const int i = int(threadIdx.x) * V;
+    Vec<T> out;
+    if (i < count) out = reduce_vector(buf, i, n, op, peers);
+    cluster_sync();
+    if (i < count) *reinterpret_cast<Vec<T>*>(buf + i) = out;
+    __syncthreads();
+    return;
+  }
   int begin, end;
   owned_slice(count, V, rank, n, begin, end);
   const int full_end = begin + (end - begin) / V * V;
-  for (int i = begin + threadIdx.x * V; i < full_end; i += blockDim.x * V) {
-    // Four peers' vectors are requested before any is added (a DSMEM round trip per four
-    // peers, not per peer); they are still added in rank order.
-    float acc[V];
-#pragma unroll
-    for (int e = 0; e < V; ++e) acc[e] = Op::kIdentity;
-    for (unsigned p0 = 0; p0 < n; p0 += kPeersInFlight) {
-      Vec<T> x[kPeersInFlight];
-#pragma unroll
-      for (unsigned q = 0; q < kPeersInFlight; ++q)
-        if (p0 + q < n) x[q] = *reinterpret_cast<const Vec<T>*>(peers(buf, p0 + q) + i);
-#pragma unroll
-      for (unsigned q = 0; q < kPeersInFlight; ++q)
-        if (p0 + q < n)
-#pragma unroll
-          for (int e = 0; e < V; ++e) acc[e] = p0 + q == 0 ? to_f32(x[q].v[e]) : op(acc[e], to_f32(x[q].v[e]));
-    }
-    Vec<T> out;
-#pragma unroll
-    for (int e = 0; e < V; ++e) out.v[e] = from_f32<T>(acc[e]);
-    *reinterpret_cast<Vec<T>*>(buf + i) = out;
-  }
+  for (int i = begin + threadIdx.x * V; i < full_end; i += blockDim.x * V)
+    *reinterpret_cast<Vec<T>*>(buf + i) = reduce_vector(buf, i, n, op, peers);
   for (int i = full_end + threadIdx.x; i < end; i += blockDim.x) {
     float acc = to_f32(peers(buf, 0)[i]);
     for (unsigned p = 1; p < n; ++p) acc = op(acc, to_f32(peers(buf, p)[i]));
