@@ -8,7 +8,7 @@
 // region and reaches a peer's by its rank (PeerBuffers below).
 //
 //   all_reduce(buf[count])   buf = op over ranks 0..N-1 of every CTA's buf, on every CTA.
-//                            Up to one 16-byte vector a thread: every CTA reduces the whole
+//                            Up to two 16-byte vectors a thread: every CTA reduces the whole
 //                            buffer (two cluster barriers). Larger: reduce-scatter then
 //                            all-gather, CTA r reducing slice r and every CTA copying the
 //                            reduced slices (three barriers, less DSMEM traffic). Either way
@@ -22,10 +22,10 @@
 //                            RMS sums of squares.
 //
 // Synchronization: each collective starts with a cluster barrier (every CTA's input is in
-// place) and no CTA writes or leaves its buffer until every peer has read it (the one-vector
+// place) and no CTA writes or leaves its buffer until every peer has read it (the one-phase
 // all_reduce writes its result after its second barrier), so calls can follow each other on
 // the same buffer. DSMEM traffic of all_reduce: every CTA reads (N-1)/N of the buffer twice
-// (one-vector form: N-1 copies of it); all_gather: (N-1) slots.
+// (one-phase form: N-1 copies of it); all_gather: (N-1) slots.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -88,6 +88,9 @@ __device__ inline unsigned cluster_size() { return cg::this_cluster().num_blocks
 
 // Peers whose vectors all_reduce has in flight at once.
 inline constexpr unsigned kPeersInFlight = 4;
+// Vectors a thread reduces in all_reduce's one-phase form (buffers of up to this many 16-byte
+// vectors a thread skip the reduce-scatter).
+inline constexpr int kOnePhaseVectors = 2;
 
 // Elements per 16-byte vector.
 template <typename T>
@@ -154,14 +157,21 @@ __device__ void all_reduce(T* buf, int count, Op op, Peers peers = {}) {
   const unsigned rank = cluster_rank(), n = cluster_size();
   peers.fence();
   cluster_sync();
-  if (count % V == 0 && count <= int(blockDim.x) * V) {
-    // One vector a thread: every CTA reduces the whole buffer (the same rank order, so the
-    // same bits everywhere), waits until every peer has read its copy, then writes.
-    const int i = int(threadIdx.x) * V;
-    Vec<T> out;
-    if (i < count) out = reduce_vector(buf, i, n, op, peers);
+  if (count % V == 0 && count <= kOnePhaseVectors * int(blockDim.x) * V) {
+    // Small buffers: every CTA reduces the whole buffer (the same rank order, so the same
+    // bits everywhere), waits until every peer has read its copy, then writes.
+    Vec<T> out[kOnePhaseVectors];
+#pragma unroll
+    for (int j = 0; j < kOnePhaseVectors; ++j) {
+      const int i = (int(threadIdx.x) + j * int(blockDim.x)) * V;
+      if (i < count) out[j] = reduce_vector(buf, i, n, op, peers);
+    }
     cluster_sync();
-    if (i < count) *reinterpret_cast<Vec<T>*>(buf + i) = out;
+#pragma unroll
+    for (int j = 0; j < kOnePhaseVectors; ++j) {
+      const int i = (int(threadIdx.x) + j * int(blockDim.x)) * V;
+      if (i < count) *reinterpret_cast<Vec<T>*>(buf + i) = out[j];
+    }
     __syncthreads();
     return;
   }
