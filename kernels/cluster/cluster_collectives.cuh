@@ -151,13 +151,15 @@ __device__ Vec<T> reduce_vector(T* buf, int i, unsigned n, Op op, Peers peers) {
 }
 
 // buf[count] (16-byte aligned) = op over the cluster's ranks, on every rank. See the header.
-template <typename T, typename Op, typename Peers = DsmemPeers>
+// kOnePhase false keeps to reduce-scatter + all-gather at any size: the one-phase form's
+// registers can tip a caller that sits at its register limit into spilling.
+template <typename T, typename Op, typename Peers = DsmemPeers, bool kOnePhase = true>
 __device__ void all_reduce(T* buf, int count, Op op, Peers peers = {}) {
   constexpr int V = kVec<T>;
   const unsigned rank = cluster_rank(), n = cluster_size();
   peers.fence();
   cluster_sync();
-  if (count % V == 0 && count <= kOnePhaseVectors * int(blockDim.x) * V) {
+  if (kOnePhase && count % V == 0 && count <= kOnePhaseVectors * int(blockDim.x) * V) {
     // Small buffers: every CTA reduces the whole buffer (the same rank order, so the same
     // bits everywhere), waits until every peer has read its copy, then writes.
     Vec<T> out[kOnePhaseVectors];

@@ -151,6 +151,10 @@ template <typename T, int kGroup, int kNT>
 struct FusedDecode {
   static constexpr int kB = 8 * kNT;  // the batch tile
   static constexpr int D = kHeadDim;
+  // The grouped kernels sit at their 128-register limit (two CTAs an SM), where the one-phase
+  // ClusterReduce's registers made group 4 spill in its attention loop (Llama-3 b16 20% slower,
+  // docs/PERF.md); they keep the three-barrier form.
+  static constexpr bool kOnePhaseReduce = kGroup == 1;
 
   const FusedDecodeParams& p;
   unsigned char* smem;
@@ -282,7 +286,7 @@ struct FusedDecode {
   // ---- after the QKV projection: cluster sum, norm, RoPE, cache append, new-token scores ---
   __device__ void finish_qkv() const {
     float* qkv = part();  // [G+2][B][D] then sumsq [B]
-    cl::all_reduce(qkv, (kGroup + 2) * kB * D + kB, cl::SumOp{});
+    cl::all_reduce<float, cl::SumOp, cl::DsmemPeers, kOnePhaseReduce>(qkv, (kGroup + 2) * kB * D + kB, cl::SumOp{});
     const float log2e = 1.4426950408889634f;
     for (int i = threadIdx.x; i < kB * (kGroup + 1) * (D / 2); i += kThreads) {
       const int b = i / ((kGroup + 1) * (D / 2)), h = (i / (D / 2)) % (kGroup + 1), d = i % (D / 2);
@@ -556,7 +560,7 @@ struct FusedDecode {
   // The cluster's softmax merge: max of m, rescale this CTA's (o, l), sum them; o / l -> o_s.
   __device__ void finish_attention() const {
     for (int i = threadIdx.x; i < kB * kGroup; i += kThreads) m_own()[i] = m_s()[i];
-    cl::all_reduce(m_s(), kB * kGroup, cl::MaxOp{});
+    cl::all_reduce<float, cl::MaxOp, cl::DsmemPeers, kOnePhaseReduce>(m_s(), kB * kGroup, cl::MaxOp{});
     float* o = part();                    // [B][G][D]
     float* l = part() + kB * kGroup * D;  // [B][G]
     for (int i = threadIdx.x; i < kB * kGroup * (D + 1); i += kThreads) {
@@ -565,7 +569,7 @@ struct FusedDecode {
       if (i < kB * kGroup * D) o[i] *= f;
       else l[bg] *= f;
     }
-    cl::all_reduce(part(), kB * kGroup * (D + 1), cl::SumOp{});
+    cl::all_reduce<float, cl::SumOp, cl::DsmemPeers, kOnePhaseReduce>(part(), kB * kGroup * (D + 1), cl::SumOp{});
     // o_s aliases q_s, which the attention no longer reads; rows past nb are zeros.
     for (int i = threadIdx.x; i < kB * kGroup * D; i += kThreads) {
       const int bg = i / D, b = bg / kGroup, col = (bg % kGroup) * D + i % D;
