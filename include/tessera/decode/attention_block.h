@@ -107,8 +107,8 @@ class AttentionBlock {
   DecodeImpl impl_ = DecodeImpl::kFused;
   int cluster_size_ = 1;
   std::string cluster_source_ = "given";  // "given", "tuned" or "cost model"
-  std::vector<float> inv_freq_;
-  std::shared_ptr<detail::UnfusedPlan> unfused_;  // set when the cuda plan runs unfused  // RoPE, computed once here so run() allocates nothing
+  std::vector<float> inv_freq_;  // RoPE's, computed once here so run() allocates nothing
+  std::shared_ptr<detail::UnfusedPlan> unfused_;  // set when the cuda plan runs unfused
 };
 
 }  // namespace tessera::decode
