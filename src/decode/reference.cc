@@ -8,40 +8,9 @@
 #include <vector>
 
 #include "decode/cpu_cache.h"
+#include "decode/reference_math.h"
 
 namespace tessera::decode {
-namespace {
-
-// y[b][r] = sum_c W[r][c] x[b][c] for the batch's rows x (each `cols` long), in float64.
-std::vector<double> matmul_rows(const TensorView& w, const std::vector<double>& x, int64_t batch) {
-  const int64_t rows = w.size(0), cols = w.size(1);
-  std::vector<double> y(static_cast<size_t>(batch * rows));
-  std::vector<float> wrow(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    cpu::load_row(w, r, wrow.data());
-    for (int64_t b = 0; b < batch; ++b) {
-      const double* xb = x.data() + b * cols;
-      double acc = 0;
-      for (int64_t c = 0; c < cols; ++c) acc += double(wrow[c]) * xb[c];
-      y[size_t(b * rows + r)] = acc;
-    }
-  }
-  return y;
-}
-
-// Rotate-half RoPE of one head in place at position `pos`.
-void rope(double* head, int64_t d, int64_t pos, const std::vector<float>& inv_freq) {
-  for (int64_t i = 0; i < d / 2; ++i) {
-    const double angle = double(pos) * double(inv_freq[size_t(i)]);
-    const double c = std::cos(angle), s = std::sin(angle);
-    const double x0 = head[i], x1 = head[i + d / 2];
-    head[i] = x0 * c - x1 * s;
-    head[i + d / 2] = x1 * c + x0 * s;
-  }
-}
-
-}  // namespace
-
 void reference_attention_block(const ModelConfig& m, const DecodeStep& step,
                                const AttentionWeights& w, const KvCache& cache,
                                int64_t page_size) {
@@ -51,22 +20,13 @@ void reference_attention_block(const ModelConfig& m, const DecodeStep& step,
   const std::vector<float> inv_freq = rope_inv_freq(m);
   const int32_t* positions = step.positions.data_as<const int32_t>();
 
-  std::vector<double> xn(static_cast<size_t>(batch * hidden));
-  for (int64_t b = 0; b < batch; ++b) {
-    double sumsq = 0;
-    for (int64_t c = 0; c < hidden; ++c) {
-      const double v = load_as_float(step.x.data(), dtype, b * hidden + c);
-      xn[size_t(b * hidden + c)] = v;
-      sumsq += v * v;
-    }
-    if (w.input_norm.empty()) continue;
-    const double rstd = 1.0 / std::sqrt(sumsq / double(hidden) + double(m.rms_norm_eps));
-    for (int64_t c = 0; c < hidden; ++c)
-      xn[size_t(b * hidden + c)] *= rstd * load_as_float(w.input_norm.data(), dtype, c);
-  }
-  std::vector<double> q = matmul_rows(w.wq, xn, batch);  // [B][Hq*D]
-  std::vector<double> k = matmul_rows(w.wk, xn, batch);  // [B][Hkv*D]
-  std::vector<double> v = matmul_rows(w.wv, xn, batch);
+  std::vector<double> xn = ref::load_rows(step.x);  // [B][hidden]
+  if (!w.input_norm.empty())
+    for (int64_t b = 0; b < batch; ++b)
+      ref::rms_norm(xn.data() + b * hidden, hidden, w.input_norm, m.rms_norm_eps);
+  std::vector<double> q = ref::matmul_rows(w.wq, xn, batch);  // [B][Hq*D]
+  std::vector<double> k = ref::matmul_rows(w.wk, xn, batch);  // [B][Hkv*D]
+  std::vector<double> v = ref::matmul_rows(w.wv, xn, batch);
 
   const double scale = 1.0 / std::sqrt(double(d));
   std::vector<double> o(static_cast<size_t>(batch * hq * d), 0.0);
@@ -76,7 +36,7 @@ void reference_attention_block(const ModelConfig& m, const DecodeStep& step,
     for (int64_t g = 0; g < hkv; ++g) {
       double* kb = k.data() + (b * hkv + g) * d;
       double* vb = v.data() + (b * hkv + g) * d;
-      rope(kb, d, pos, inv_freq);
+      ref::rope_halves(kb, d, pos, inv_freq);
       // The cache stores the dtype; attention reads back what it stores.
       const int64_t at = cpu::cache_offset(cache, page_size, b, pos, g);
       for (int64_t i = 0; i < d; ++i) {
@@ -89,7 +49,7 @@ void reference_attention_block(const ModelConfig& m, const DecodeStep& step,
     for (int64_t h = 0; h < hq; ++h) {
       const int64_t g = h / group;
       double* qh = q.data() + (b * hq + h) * d;
-      rope(qh, d, pos, inv_freq);
+      ref::rope_halves(qh, d, pos, inv_freq);
       scores.assign(size_t(pos + 1), 0.0);
       double smax = -std::numeric_limits<double>::infinity();
       for (int64_t t = 0; t <= pos; ++t) {
@@ -109,7 +69,7 @@ void reference_attention_block(const ModelConfig& m, const DecodeStep& step,
       }
     }
   }
-  const std::vector<double> out = matmul_rows(w.wo, o, batch);
+  const std::vector<double> out = ref::matmul_rows(w.wo, o, batch);
   for (int64_t i = 0; i < batch * hidden; ++i)
     store_from_float(step.out.data(), step.out.dtype(), i, float(out[size_t(i)]));
 }
