@@ -1,11 +1,13 @@
 // decode::AttentionBlock: validates the plan and each step, picks the cluster size, and runs
-// the fused dataflow on the cuda backend or its float32 emulation on the cpu backend.
+// the fused dataflow on the cuda backend or its float32 emulation on the cpu backend. MLA
+// plans (kLatent) run the float64 latent reference on the cpu backend.
 #include "tessera/decode/attention_block.h"
 
 #include <algorithm>
 #include <optional>
 
 #include "decode/decode_backend.h"
+#include "decode/latent_reference.h"
 #include "decode/reference.h"
 #include "decode/split_emulation.h"
 #include "tessera/core/error.h"
@@ -57,24 +59,98 @@ void check_matrix(const TensorView& t, const char* what, int64_t rows, int64_t c
   check_contiguous(t, what);
 }
 
+void check_vector(const TensorView& t, const char* what, int64_t n, DType dtype, Device device) {
+  TESSERA_CHECK_ARG(!t.empty(), what, ": expected a tensor, got an empty view");
+  TESSERA_CHECK_ARG(t.ndim() == 1 && t.size(0) == n, what, " = ", t.to_string(), ": expected [", n,
+                    "]");
+  check_dtype(t, dtype, what);
+  check_device(t, device, what);
+  check_contiguous(t, what);
+}
+
+// A cache tensor of `heads` rows of `width` a token: k or v (grouped), the latent rows (MLA).
 void check_cache_tensor(const TensorView& t, const char* what, const AttentionBlockOptions& o,
-                        int64_t batch) {
-  const int64_t hkv = o.model.num_kv_heads, d = o.model.head_dim;
+                        int64_t batch, int64_t heads, int64_t width) {
   TESSERA_CHECK_ARG(!t.empty() && t.ndim() == 4, what, " = ", t.to_string(),
                     ": expected a 4-d cache tensor");
   if (o.paged) {
-    TESSERA_CHECK_ARG(t.size(1) == o.page_size && t.size(2) == hkv && t.size(3) == d, what, " = ",
-                      t.to_string(), ": expected [num_pages, ", o.page_size, ", ", hkv, ", ", d,
-                      "]");
+    TESSERA_CHECK_ARG(t.size(1) == o.page_size && t.size(2) == heads && t.size(3) == width, what,
+                      " = ", t.to_string(), ": expected [num_pages, ", o.page_size, ", ", heads,
+                      ", ", width, "]");
   } else {
-    TESSERA_CHECK_ARG(t.size(0) >= batch && t.size(1) >= o.max_context && t.size(2) == hkv &&
-                          t.size(3) == d,
-                      what, " = ", t.to_string(), ": expected [>= ", batch, ", >= max_context = ",
-                      o.max_context, ", ", hkv, ", ", d, "]");
+    TESSERA_CHECK_ARG(t.size(0) >= batch && t.size(1) >= o.max_context && t.size(2) == heads &&
+                          t.size(3) == width,
+                      what, " = ", t.to_string(), ": expected [>= ", batch,
+                      ", >= max_context = ", o.max_context, ", ", heads, ", ", width, "]");
   }
   check_dtype(t, o.dtype, what);
   check_device(t, o.device, what);
   check_contiguous(t, what);
+}
+
+// The step's x, out and positions and the stream against the plan; returns the batch.
+int64_t check_step(const AttentionBlockOptions& o, const DecodeStep& step, const Stream& stream) {
+  const Device dev = o.device;
+  TESSERA_CHECK_ARG(stream.device() == dev, "stream on ", stream.device().to_string(),
+                    ": expected the plan's device ", dev.to_string());
+  TESSERA_CHECK_ARG(!step.x.empty() && step.x.ndim() == 2, "x = ", step.x.to_string(),
+                    ": expected [batch, hidden]");
+  const int64_t batch = step.x.size(0);
+  TESSERA_CHECK_ARG(batch >= 1 && batch <= o.max_batch, "x: batch = ", batch,
+                    ": expected 1 to max_batch = ", o.max_batch);
+  check_matrix(step.x, "x", batch, o.model.hidden, o.dtype, dev);
+  check_matrix(step.out, "out", batch, o.model.hidden, o.dtype, dev);
+  TESSERA_CHECK_ARG(step.positions.ndim() == 1 && step.positions.size(0) == batch,
+                    "positions = ", step.positions.to_string(), ": expected i32 [", batch, "]");
+  check_dtype(step.positions, DType::kI32, "positions");
+  check_device(step.positions, dev, "positions");
+  return batch;
+}
+
+void check_page_table(const AttentionBlockOptions& o, const KvCache& cache, int64_t batch) {
+  TESSERA_CHECK_ARG(o.paged != cache.page_table.empty(), "cache.page_table: the plan is ",
+                    o.paged ? "paged: expected a page table" : "contiguous: expected none");
+  if (!o.paged) return;
+  const TensorView& pt = cache.page_table;
+  TESSERA_CHECK_ARG(
+      pt.ndim() == 2 && pt.size(0) >= batch && pt.size(1) * o.page_size >= o.max_context,
+      "cache.page_table = ", pt.to_string(), ": expected i32 [>= ", batch,
+      ", >= max_context / page_size = ", (o.max_context + o.page_size - 1) / o.page_size, "]");
+  check_dtype(pt, DType::kI32, "cache.page_table");
+  check_device(pt, o.device, "cache.page_table");
+  check_contiguous(pt, "cache.page_table");
+}
+
+// cpu: the positions are on the host, so they are checked here (page indices are checked as
+// the cache is addressed, cpu_cache.h).
+void check_host_positions(const AttentionBlockOptions& o, const DecodeStep& step, int64_t batch) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t p = step.positions.data_as<const int32_t>()[b];
+    TESSERA_CHECK_ARG(p >= 0 && p < o.max_context, "positions[", b, "] = ", p,
+                      ": expected 0 <= p < max_context = ", o.max_context);
+  }
+}
+
+// The model's shape checks, by kind.
+void check_model(const ModelConfig& m) {
+  if (m.kind == AttentionKind::kLatent) {
+    TESSERA_CHECK_ARG(
+        m.hidden > 0 && m.num_heads > 0 && m.kv_lora_rank > 0 && m.nope_head_dim > 0 &&
+            m.v_head_dim > 0,
+        "model = ", m.name,
+        ": hidden, num_heads, kv_lora_rank, nope_head_dim and v_head_dim must be > 0");
+    TESSERA_CHECK_ARG(m.rope_head_dim > 0 && m.rope_head_dim % 2 == 0,
+                      "model.rope_head_dim = ", m.rope_head_dim,
+                      ": expected an even, positive width (RoPE rotates pairs)");
+    return;
+  }
+  TESSERA_CHECK_ARG(m.hidden > 0 && m.num_heads > 0 && m.num_kv_heads > 0 && m.head_dim > 0,
+                    "model = ", m.name,
+                    ": hidden, num_heads, num_kv_heads and head_dim must be > 0");
+  TESSERA_CHECK_ARG(m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads = ", m.num_kv_heads,
+                    ": expected a divisor of num_heads = ", m.num_heads);
+  TESSERA_CHECK_ARG(m.head_dim % 2 == 0, "model.head_dim = ", m.head_dim,
+                    ": expected an even head dimension (RoPE rotates halves)");
 }
 
 #ifdef TESSERA_WITH_CUDA
@@ -97,14 +173,11 @@ std::string fused_unsupported_reason(const ModelConfig& m) {
 AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(options) {
   const ModelConfig& m = options.model;
   const bool cuda = options.device.is_cuda();
-  TESSERA_CHECK(m.kind == AttentionKind::kGrouped, ErrorCode::kUnsupported, "model = ", m.name,
-                ": multi-head latent attention (MLA) has no decode attention block yet");
-  TESSERA_CHECK_ARG(m.hidden > 0 && m.num_heads > 0 && m.num_kv_heads > 0 && m.head_dim > 0,
-                    "model = ", m.name, ": hidden, num_heads, num_kv_heads and head_dim must be > 0");
-  TESSERA_CHECK_ARG(m.num_heads % m.num_kv_heads == 0, "model.num_kv_heads = ", m.num_kv_heads,
-                    ": expected a divisor of num_heads = ", m.num_heads);
-  TESSERA_CHECK_ARG(m.head_dim % 2 == 0, "model.head_dim = ", m.head_dim,
-                    ": expected an even head dimension (RoPE rotates halves)");
+  const bool latent = m.kind == AttentionKind::kLatent;
+  TESSERA_CHECK(!latent || !cuda, ErrorCode::kUnsupported, "model = ", m.name,
+                ": multi-head latent attention (MLA) has no cuda decode path: the fused MLA decode "
+                "kernel does not exist yet (the cpu backend runs its float64 reference)");
+  check_model(m);
   TESSERA_CHECK_ARG(options.max_batch >= 1, "max_batch = ", options.max_batch,
                     ": expected at least 1");
   TESSERA_CHECK_ARG(options.max_context >= 1 && options.max_context <= (int64_t{1} << 30),
@@ -133,6 +206,12 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
       return;
     }
 #endif
+  } else if (latent) {
+    TESSERA_CHECK(options.impl != DecodeImpl::kFused, ErrorCode::kUnsupported,
+                  "impl = fused: model = ", m.name,
+                  ": MLA has no fused split (nor its cpu emulation) yet; auto or unfused run the "
+                  "float64 reference");
+    impl_ = DecodeImpl::kUnfused;
   } else {
     impl_ = options.impl == DecodeImpl::kUnfused ? DecodeImpl::kUnfused : DecodeImpl::kFused;
   }
@@ -177,6 +256,7 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
 }
 
 size_t AttentionBlock::workspace_bytes() const {
+  if (options_.model.kind == AttentionKind::kLatent) return 0;  // the cpu reference needs none
 #ifdef TESSERA_WITH_CUDA
   if (unfused_) return detail::cuda_unfused_workspace_bytes(*unfused_);
 #endif
@@ -196,46 +276,20 @@ void AttentionBlock::run(const DecodeStep& step, const AttentionWeights& w, cons
                          const TensorView& workspace, const Stream& stream) const {
   const ModelConfig& m = options_.model;
   const Device dev = options_.device;
-  TESSERA_CHECK_ARG(stream.device() == dev, "stream on ", stream.device().to_string(),
-                    ": expected the plan's device ", dev.to_string());
-  TESSERA_CHECK_ARG(!step.x.empty() && step.x.ndim() == 2, "x = ", step.x.to_string(),
-                    ": expected [batch, hidden]");
-  const int64_t batch = step.x.size(0);
-  TESSERA_CHECK_ARG(batch >= 1 && batch <= options_.max_batch, "x: batch = ", batch,
-                    ": expected 1 to max_batch = ", options_.max_batch);
-  check_matrix(step.x, "x", batch, m.hidden, options_.dtype, dev);
-  check_matrix(step.out, "out", batch, m.hidden, options_.dtype, dev);
-  TESSERA_CHECK_ARG(step.positions.ndim() == 1 && step.positions.size(0) == batch,
-                    "positions = ", step.positions.to_string(), ": expected i32 [", batch, "]");
-  check_dtype(step.positions, DType::kI32, "positions");
-  check_device(step.positions, dev, "positions");
+  TESSERA_CHECK_ARG(m.kind == AttentionKind::kGrouped,
+                    "weights: AttentionWeights for model = ", m.name,
+                    ", an MLA plan: expected LatentAttentionWeights");
+  const int64_t batch = check_step(options_, step, stream);
   const int64_t q_rows = m.num_heads * m.head_dim, kv_rows = m.num_kv_heads * m.head_dim;
   check_matrix(w.wq, "weights.wq", q_rows, m.hidden, options_.dtype, dev);
   check_matrix(w.wk, "weights.wk", kv_rows, m.hidden, options_.dtype, dev);
   check_matrix(w.wv, "weights.wv", kv_rows, m.hidden, options_.dtype, dev);
   check_matrix(w.wo, "weights.wo", m.hidden, q_rows, options_.dtype, dev);
-  if (!w.input_norm.empty()) {
-    TESSERA_CHECK_ARG(w.input_norm.ndim() == 1 && w.input_norm.size(0) == m.hidden,
-                      "weights.input_norm = ", w.input_norm.to_string(), ": expected [", m.hidden,
-                      "]");
-    check_dtype(w.input_norm, options_.dtype, "weights.input_norm");
-    check_device(w.input_norm, dev, "weights.input_norm");
-  }
-  check_cache_tensor(cache.k, "cache.k", options_, batch);
-  check_cache_tensor(cache.v, "cache.v", options_, batch);
-  TESSERA_CHECK_ARG(options_.paged != cache.page_table.empty(), "cache.page_table: the plan is ",
-                    options_.paged ? "paged: expected a page table" : "contiguous: expected none");
-  if (options_.paged) {
-    const TensorView& pt = cache.page_table;
-    TESSERA_CHECK_ARG(pt.ndim() == 2 && pt.size(0) >= batch &&
-                          pt.size(1) * options_.page_size >= options_.max_context,
-                      "cache.page_table = ", pt.to_string(), ": expected i32 [>= ", batch,
-                      ", >= max_context / page_size = ",
-                      (options_.max_context + options_.page_size - 1) / options_.page_size, "]");
-    check_dtype(pt, DType::kI32, "cache.page_table");
-    check_device(pt, dev, "cache.page_table");
-    check_contiguous(pt, "cache.page_table");
-  }
+  if (!w.input_norm.empty())
+    check_vector(w.input_norm, "weights.input_norm", m.hidden, options_.dtype, dev);
+  check_cache_tensor(cache.k, "cache.k", options_, batch, m.num_kv_heads, m.head_dim);
+  check_cache_tensor(cache.v, "cache.v", options_, batch, m.num_kv_heads, m.head_dim);
+  check_page_table(options_, cache, batch);
   if (dev.is_cuda()) {
     check_device(workspace, dev, "workspace");
     check_min_bytes(workspace, workspace_bytes(), "workspace");
@@ -248,16 +302,39 @@ void AttentionBlock::run(const DecodeStep& step, const AttentionWeights& w, cons
 #endif
     return;
   }
-  // cpu: positions are on the host, so the emulation checks them against the cache.
-  for (int64_t b = 0; b < batch; ++b) {
-    const int32_t p = step.positions.data_as<const int32_t>()[b];
-    TESSERA_CHECK_ARG(p >= 0 && p < options_.max_context, "positions[", b, "] = ", p,
-                      ": expected 0 <= p < max_context = ", options_.max_context);
-  }
+  check_host_positions(options_, step, batch);
   if (impl_ == DecodeImpl::kUnfused)
     reference_attention_block(m, step, w, cache, options_.page_size);
   else
     split_attention_block(m, step, w, cache, options_.page_size, cluster_size_);
+}
+
+void AttentionBlock::run(const DecodeStep& step, const LatentAttentionWeights& w,
+                         const KvCache& cache, const TensorView& workspace,
+                         const Stream& stream) const {
+  const ModelConfig& m = options_.model;
+  const Device dev = options_.device;
+  const DType dt = options_.dtype;
+  TESSERA_CHECK_ARG(m.kind == AttentionKind::kLatent,
+                    "weights: LatentAttentionWeights for model = ", m.name,
+                    ", a grouped-attention plan: expected AttentionWeights");
+  const int64_t batch = check_step(options_, step, stream);
+  const int64_t heads = m.num_heads, rank = m.kv_lora_rank, dr = m.rope_head_dim;
+  check_matrix(w.wq, "weights.wq", heads * (m.nope_head_dim + dr), m.hidden, dt, dev);
+  check_matrix(w.wkv_a, "weights.wkv_a", rank + dr, m.hidden, dt, dev);
+  check_vector(w.kv_a_norm, "weights.kv_a_norm", rank, dt, dev);
+  check_matrix(w.wkv_b, "weights.wkv_b", heads * (m.nope_head_dim + m.v_head_dim), rank, dt, dev);
+  check_matrix(w.wo, "weights.wo", m.hidden, heads * m.v_head_dim, dt, dev);
+  if (!w.input_norm.empty()) check_vector(w.input_norm, "weights.input_norm", m.hidden, dt, dev);
+  check_cache_tensor(cache.k, "cache.k", options_, batch, 1, rank + dr);
+  TESSERA_CHECK_ARG(cache.v.empty(), "cache.v = ", cache.v.to_string(),
+                    ": an MLA cache keeps its values in the latent rows of cache.k: expected an "
+                    "empty view");
+  check_page_table(options_, cache, batch);
+  // The plan is on the cpu (the constructor refuses kLatent on cuda): no workspace is needed.
+  (void)workspace;
+  check_host_positions(options_, step, batch);
+  reference_latent_attention_block(m, step, w, cache, options_.page_size);
 }
 
 }  // namespace tessera::decode

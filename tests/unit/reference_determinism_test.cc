@@ -180,7 +180,7 @@ std::vector<std::byte> decode_step_outputs(decode::DecodeImpl impl, DType dt, bo
   options.impl = impl;
   options.cluster_size = 4;
   const decode::AttentionBlock block(options);
-  block.run({x, positions, out}, {wq, wk, wv, wo, norm},
+  block.run({x, positions, out}, decode::AttentionWeights{wq, wk, wv, wo, norm},
             {k, v, paged ? TensorView(table) : TensorView{}}, {}, Stream::cpu());
   std::vector<std::byte> all = bytes_of(out.view());
   for (const Tensor* t : {&k, &v}) {

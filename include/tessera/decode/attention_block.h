@@ -10,6 +10,29 @@
 //
 // RoPE rotates halves (Hugging Face's rotate_half): (x_i, x_{i+D/2}) by p * inv_freq_i.
 //
+// Multi-head latent attention (AttentionKind::kLatent, DeepSeek-V2-Lite), decoded with the
+// absorbed weights as SGLang and vLLM run it. H heads, R = kv_lora_rank, Dn = nope_head_dim,
+// Dr = rope_head_dim, Dv = v_head_dim; W_UK_h = rows [h*(Dn+Dv), h*(Dn+Dv)+Dn) of Wkv_b and
+// W_UV_h the Dv rows after them:
+//
+//   xn_b       = rmsnorm(x_b) * input_norm            (or x_b when input_norm is empty)
+//   [qn_b,h, qr_b,h] = Wq_h xn_b                       qn: Dn, qr: Dr per head
+//   [c_b, kr_b]      = Wkv_a xn_b                      c: R, kr: Dr (shared by every head)
+//   c_b = rmsnorm(c_b) * kv_a_norm    qr_b,h = rope(qr_b,h, p_b)    kr_b = rope(kr_b, p_b)
+//   cache[b][p_b] = [c_b, kr_b]                         one latent row of R + Dr per token
+//   ql_b,h = W_UK_h^T qn_b,h                            (R: the absorbed query)
+//   s_t    = (ql_b,h . c_t + qr_b,h . kr_t) / sqrt(Dn + Dr)          t = 0..p_b
+//   o_b,h  = W_UV_h sum_t softmax(s)_t c_t                           (Dv)
+//   out_b  = Wo [o_b,0, ..., o_b,H-1]
+//
+// which equals ordinary attention over the decompressed keys [W_UK_h c_t, kr_t] and values
+// W_UV_h c_t. RoPE pairs interleaved dimensions (x_{2i}, x_{2i+1}) by p * inv_freq_i over Dr
+// (vLLM's non-neox rotary; Hugging Face's DeepseekV2 de-interleaves first, the same scores).
+// Not modelled: DeepSeek-V2-Lite's yarn RoPE scaling (its frequency ramp and the mscale factor
+// on the softmax scale): rope_inv_freq is the unscaled theta^(-2i/Dr). Today kLatent plans
+// only on the cpu backend (the float64 reference, src/decode/latent_reference.h); the fused
+// MLA kernel does not exist yet.
+//
 // Fused dataflow (cuda, kernels/decode/): one thread-block cluster per KV head, so K and V
 // are read once for the group's query heads. CTA r of N takes the hidden slice
 // [r*hidden/N, (r+1)*hidden/N) of the QKV projection and the cluster adds the partials with
@@ -48,11 +71,23 @@ struct AttentionWeights {
   TensorView input_norm;  // [hidden] (input_layernorm.weight); empty: x is already normalized
 };
 
+// The weights of an MLA block (AttentionKind::kLatent), Hugging Face's DeepseekV2 layouts.
+struct LatentAttentionWeights {
+  TensorView wq;          // [H*(Dn+Dr), hidden] (q_proj.weight): head h's Dn, then its Dr rows
+  TensorView wkv_a;       // [R+Dr, hidden]      (kv_a_proj_with_mqa.weight): c, then kr
+  TensorView kv_a_norm;   // [R]                 (kv_a_layernorm.weight)
+  TensorView wkv_b;       // [H*(Dn+Dv), R]      (kv_b_proj.weight): head h's W_UK_h, then W_UV_h
+  TensorView wo;          // [hidden, H*Dv]      (o_proj.weight)
+  TensorView input_norm;  // [hidden] (input_layernorm.weight); empty: x is already normalized
+};
+
 // The KV cache of the batch, bf16 or fp16 like x.
 //   contiguous: k, v [B, max_context, Hkv, D]
 //   paged:      k, v [num_pages, page_size, Hkv, D] and page_table i32 [B, pages_per_seq]:
 //               token t of sequence b is in page page_table[b][t / page_size] at row
 //               t % page_size (vLLM's and FlashInfer's NHD layout).
+// MLA (kLatent): k is the latent cache, [B, max_context, 1, R+Dr] or [num_pages, page_size, 1,
+// R+Dr] (a row is [c, kr]), and v is empty: the values are the latent rows' first R entries.
 struct KvCache {
   TensorView k;
   TensorView v;
@@ -67,7 +102,8 @@ struct DecodeStep {
 
 // kAuto: fused where the fused kernel takes the shape (head_dim 128, 1/2/4/8 query heads per
 // KV head, hidden a multiple of 128), else unfused. kUnfused: cuBLASLt projections, a RoPE and
-// cache-append kernel and split-KV attention (cuda); the float64 reference (cpu).
+// cache-append kernel and split-KV attention (cuda); the float64 reference (cpu). MLA plans
+// run the float64 reference (kAuto and kUnfused; kFused is refused: no split emulation yet).
 enum class DecodeImpl { kAuto, kFused, kUnfused };
 
 struct AttentionBlockOptions {
@@ -98,6 +134,10 @@ class AttentionBlock {
   // devices against the plan; positions are read on the device (cpu: checked against
   // max_context and the page table, cuda: the kernel traps on an out-of-range page index).
   void run(const DecodeStep& step, const AttentionWeights& weights, const KvCache& cache,
+           const TensorView& workspace, const Stream& stream) const;
+  // The same for an MLA plan (model.kind == kLatent; cpu only today). Each run() refuses the
+  // other kind's weights, naming `weights`.
+  void run(const DecodeStep& step, const LatentAttentionWeights& weights, const KvCache& cache,
            const TensorView& workspace, const Stream& stream) const;
 
   std::string describe() const;  // "llama2-7b fused cluster 4 bf16 contiguous"
