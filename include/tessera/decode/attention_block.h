@@ -127,7 +127,7 @@ class AttentionBlock {
   const AttentionBlockOptions& options() const { return options_; }
   int cluster_size() const { return cluster_size_; }
   DecodeImpl impl() const { return impl_; }
-  // Device memory run() needs as `workspace` (per-cluster output partials).
+  // Device memory run() needs as `workspace` (per-cluster output partials; 0 for MLA plans).
   size_t workspace_bytes() const;
 
   // One decode step for step.x.size(0) <= max_batch sequences. Validates shapes, dtypes and
@@ -136,7 +136,8 @@ class AttentionBlock {
   void run(const DecodeStep& step, const AttentionWeights& weights, const KvCache& cache,
            const TensorView& workspace, const Stream& stream) const;
   // The same for an MLA plan (model.kind == kLatent; cpu only today). Each run() refuses the
-  // other kind's weights, naming `weights`.
+  // other kind's weights, naming `weights`. A braced list of five weights matches both
+  // overloads: name the struct (AttentionWeights{...}).
   void run(const DecodeStep& step, const LatentAttentionWeights& weights, const KvCache& cache,
            const TensorView& workspace, const Stream& stream) const;
 
