@@ -1,11 +1,12 @@
 // Fuzzes every sequence-parallel planner (ring, ulysses, usp, tas, torus, mesh, auto) with
 // requests decoded from the input: a planner either refuses with tessera::Error, or returns a
-// plan for the requested shape and ranks that the validator accepts. Anything else (another
-// exception, a crash, UB, an invalid plan) is a finding.
+// plan for the requested shape and ranks that the validator accepts and the sim executor runs.
+// Anything else (another exception, a crash, UB, an invalid plan) is a finding.
 #include <exception>
 
 #include "plan_request_input.h"
 #include "tessera/core/error.h"
+#include "tessera/sp/sim.h"
 #include "tessera/sp/validator.h"
 
 using namespace tessera;
@@ -33,6 +34,15 @@ void check_returned_plan(const sp::PlanRequest& request, const sp::Plan& plan) {
   if (!report.ok()) {
     fuzz::fail(str("the validator rejects the ", plan.method, " plan (", plan.summary(), "):\n",
                    report.to_string(8), "\n", fuzz::describe(request)));
+  }
+  // The sim executor runs every valid plan (auto has already timed its own). Small plans
+  // only: timing a 16-rank plan costs more than making it and halves the fuzzing rate.
+  if (plan.world_size > 8) return;
+  try {
+    (void)sp::simulate(plan, sp::CostModel::for_topology(request.topology));
+  } catch (const Error& e) {
+    fuzz::fail(str("the sim executor refuses a valid ", plan.method, " plan: ", e.what(), "\n",
+                   fuzz::describe(request)));
   }
 }
 

@@ -17,7 +17,7 @@
 namespace tessera::fuzz {
 
 // The most ranks a fuzzed topology has: plans grow with P^2 transfers.
-constexpr int kMaxFuzzRanks = 32;
+constexpr int kMaxFuzzRanks = 16;
 
 inline LinkClass link_class_from(uint8_t value) {
   return LinkClass(value % 5);
