@@ -16,8 +16,10 @@
 
 namespace tessera::fuzz {
 
-// The most ranks a fuzzed topology has: plans grow with P^2 transfers.
+// The most ranks a fuzzed topology has: plans grow with P^2 transfers. `auto` plans and
+// times every method (Mesh for every tile shape): at 16 ranks one input takes seconds.
 constexpr int kMaxFuzzRanks = 16;
+constexpr int kMaxFuzzRanksAuto = 8;
 
 inline LinkClass link_class_from(uint8_t value) {
   return LinkClass(value % 5);
@@ -54,10 +56,10 @@ inline Topology placed_topology(FuzzedDataProvider& in, int world_size, bool gpu
 }
 
 // Fields drawn independently: sizes may disagree, machine ids may be negative or past P.
-inline Topology raw_topology(FuzzedDataProvider& in) {
+inline Topology raw_topology(FuzzedDataProvider& in, int max_ranks) {
   Topology t;
   t.world_size = draw_int(in, 1, 8);
-  const int n = std::clamp(t.world_size, 0, kMaxFuzzRanks);
+  const int n = std::clamp(t.world_size, 0, max_ranks);
   const int entries = in.ConsumeIntegralInRange<int>(n > 0 ? n - 1 : 0, n + 1);
   for (int r = 0; r < entries; ++r) {
     t.machine_of_rank.push_back(in.ConsumeIntegralInRange<int>(-2, n + 1));
@@ -68,12 +70,12 @@ inline Topology raw_topology(FuzzedDataProvider& in) {
   return t;
 }
 
-inline Topology decode_topology(FuzzedDataProvider& in) {
+inline Topology decode_topology(FuzzedDataProvider& in, int max_ranks) {
   const int mode = in.ConsumeIntegralInRange<int>(0, 7);
-  if (mode == 7) return raw_topology(in);
-  const int machines = std::clamp(draw_int(in, 1, 4), -1, kMaxFuzzRanks);
-  int per_machine = std::clamp(draw_int(in, 1, 8), -1, kMaxFuzzRanks);
-  if (machines * per_machine > kMaxFuzzRanks) per_machine = kMaxFuzzRanks / machines;
+  if (mode == 7) return raw_topology(in, max_ranks);
+  const int machines = std::clamp(draw_int(in, 1, 4), -1, max_ranks);
+  int per_machine = std::clamp(draw_int(in, 1, 8), -1, max_ranks);
+  if (machines * per_machine > max_ranks) per_machine = max_ranks / machines;
   const int world = machines * per_machine;
   LinkSpec link;
   if (in.ConsumeBool()) {
@@ -124,7 +126,8 @@ inline sp::PlanRequest decode_plan_request(FuzzedDataProvider& in) {
   r.options.comm = in.ConsumeBool() ? sp::CommMode::kOneSided : sp::CommMode::kTwoSided;
   const int layout = in.ConsumeIntegralInRange<int>(0, 3);
   if (layout < 3) r.options.layout = sp::TokenLayout(layout);
-  r.topology = decode_topology(in);
+  r.topology = decode_topology(
+      in, r.options.method == sp::Method::kAuto ? kMaxFuzzRanksAuto : kMaxFuzzRanks);
   r.options.ulysses_degree = decode_method_option(in, r.topology.world_size);
   r.options.mesh_rows = decode_method_option(in, r.topology.world_size);
   r.options.mesh_cols = decode_method_option(in, r.topology.world_size);
