@@ -82,6 +82,11 @@ std::optional<std::string> ParamBase::env_text() const {
 
 template <typename T>
 void Param<T>::check_range(const T& value, const std::string& text) const {
+  if constexpr (std::is_floating_point_v<T>) {
+    // As from the environment: NaN would pass any range test below, infinity is no setting.
+    TESSERA_CHECK_ARG(std::isfinite(value), name(), " = '", text, "': expected a finite number (",
+                      help(), ")");
+  }
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
     if ((min_ && value < *min_) || (max_ && value > *max_)) {
       throw_error(ErrorCode::kInvalidArgument,

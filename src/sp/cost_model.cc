@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "tessera/core/error.h"
@@ -116,6 +117,13 @@ void CostModel::set(std::string_view key, double value) {
   };
   for (const Term& t : terms) {
     if (key != t.name) continue;
+    TESSERA_CHECK_ARG(std::isfinite(value), "cost model term ", key, " = ", value,
+                      ": expected a finite number");
+    // Counts are stored as int: a larger value would not convert.
+    TESSERA_CHECK_ARG((t.field != &sms && t.field != &tile) ||
+                          (value >= 1 && value <= std::numeric_limits<int>::max()),
+                      "cost model term ", key, " = ", value, ": expected a count from 1 to ",
+                      std::numeric_limits<int>::max());
     *t.field = value;
     num_sms = int(sms);
     q_tile_rows = int(tile);

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -143,7 +144,9 @@ MeshCosts mesh_costs(const PlanRequest& request, int a, int b, const CostModel& 
   const int64_t o_bytes = shape.batch * rows * shape.heads * (shape.head_dim * pd + 4);
   auto blocks = [&](LinkClass link, int64_t bytes) {
     const double t = model.transfer_us(link, bytes, CommMode::kTwoSided);  // Mesh moves with NCCL
-    return std::max(1, int(std::ceil(t / std::max(block_us, 1e-9))));
+    // Capped before the cast: a slow link or a huge shape can give ratios past int.
+    const double ratio = std::ceil(t / std::max(block_us, 1e-9));
+    return ratio >= 1 ? int(std::min(ratio, double(std::numeric_limits<int>::max()))) : 1;
   };
   return {blocks(q_link, q_bytes), blocks(kv_link, kv_bytes), blocks(q_link, o_bytes)};
 }
@@ -435,6 +438,7 @@ Plan build_mesh(const PlanRequest& request, int a, int b, const MeshCosts& costs
 
 Plan plan_mesh(const PlanRequest& request, const CostModel& model) {
   request.shape();  // validates the request
+  model.validate();  // the tile search divides by its bandwidths
   const int P = request.topology.world_size;
   TESSERA_CHECK_ARG(request.options.comm == CommMode::kTwoSided,
                     "comm = ", comm_mode_name(request.options.comm),

@@ -62,6 +62,12 @@ AttentionShape PlanRequest::shape() const {
                     "topology: world_size = ", t.world_size, " with ", t.machine_of_rank.size(),
                     " machine entries, ", t.local_rank.size(), " local ranks and ", t.links.size(),
                     " links: expected P, P, P and P*P");
+  // Planners index per-machine tables by these ids.
+  for (int r = 0; r < t.world_size; ++r) {
+    TESSERA_CHECK_ARG(t.machine_of_rank[r] >= 0 && t.machine_of_rank[r] < t.world_size,
+                      "topology: machine_of_rank[", r, "] = ", t.machine_of_rank[r],
+                      ": expected a machine index in [0, ", t.world_size, ")");
+  }
   AttentionShape s;
   s.batch = batch;
   s.seq_len = seq_len;

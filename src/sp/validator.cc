@@ -33,6 +33,11 @@ constexpr size_t kMaxErrors = 200;
 // Streams per rank a plan may use (planners use a handful); bounds the validator's tables.
 constexpr int kMaxStreams = 64;
 constexpr int kMaxCoverageMessages = 8;
+// The validator's tables grow with the plan's tokens (an atom id each) and with (q atom, kv
+// atom, head) cells (18 bytes each); past these it refuses rather than exhaust memory. Far
+// beyond what a machine can run (2^28 tokens of one head of D 64 in bf16 are 32 GiB a tensor).
+constexpr int64_t kMaxCheckedTokens = int64_t(1) << 28;
+constexpr int64_t kMaxCoverageCells = int64_t(1) << 27;
 
 using Clock = std::vector<int32_t>;
 
@@ -172,6 +177,7 @@ class Validator {
   explicit Validator(const Plan& plan) : plan_(plan) {}
 
   ValidationReport run() {
+    check_size();
     if (check_structure()) {
       build_atoms();
       check_coverage();
@@ -182,6 +188,21 @@ class Validator {
   }
 
  private:
+  // Refuses a plan too large to check before any table is built (the per-head checks of the
+  // structure pass alone would take minutes for 2^31 heads). Fields that are merely invalid
+  // are left to check_structure to report.
+  void check_size() const {
+    const AttentionShape& s = plan_.shape;
+    const bool too_many_tokens =
+        s.seq_len > kMaxCheckedTokens || s.joint_tokens > kMaxCheckedTokens ||
+        (s.seq_len >= 0 && s.joint_tokens >= 0 && s.seq_len + s.joint_tokens > kMaxCheckedTokens);
+    TESSERA_CHECK(!too_many_tokens, ErrorCode::kUnsupported, "validate_plan: ", s.seq_len, " + ",
+                  s.joint_tokens, " tokens: plans of at most 2^28 tokens can be checked");
+    // Every head is at least one coverage cell.
+    TESSERA_CHECK(s.heads <= kMaxCoverageCells, ErrorCode::kUnsupported, "validate_plan: ",
+                  s.heads, " heads: plans of at most 2^27 coverage cells can be checked");
+  }
+
   // ---- messages ------------------------------------------------------------------------
   void error(const std::string& message) {
     if (report_.errors.size() < kMaxErrors) report_.errors.push_back(message);
@@ -868,6 +889,9 @@ class Validator {
   void check_coverage() {
     const int A = int(atoms_.size());
     const int H = plan_.shape.heads;
+    TESSERA_CHECK(double(A) * A * H <= double(kMaxCoverageCells), ErrorCode::kUnsupported,
+                  "validate_plan: ", A, " token atoms x ", A, " x ", H,
+                  " heads: plans of at most 2^27 coverage cells can be checked");
     const size_t cells = size_t(A) * A * H;
     std::vector<uint16_t> count(cells, 0);
     std::vector<StepRef> first(cells), second(cells);

@@ -43,6 +43,8 @@ int nranks_option(const std::string& text) {
 }
 
 size_t saturating_product(std::initializer_list<size_t> factors) {
+  // A zero factor makes the product 0, even where the others alone would overflow.
+  if (std::find(factors.begin(), factors.end(), size_t(0)) != factors.end()) return 0;
   size_t p = 1;
   for (size_t f : factors) {
     if (__builtin_mul_overflow(p, f, &p)) return std::numeric_limits<size_t>::max();

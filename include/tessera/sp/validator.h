@@ -43,6 +43,8 @@ struct ValidationReport {
   std::string to_string(size_t max_errors = 20) const;
 };
 
+// Throws Error(kUnsupported) for a plan too large to check: more than 2^28 tokens, or more than
+// 2^27 (q atom, kv atom, head) cells (its memory grows with both).
 ValidationReport validate_plan(const Plan& plan);
 
 // Throws Error(kInternal) with the report when the plan is invalid.
