@@ -51,11 +51,13 @@ std::vector<TuneEntry> read_tune_table(const std::string& path) {
       const bool b_ok = *end == '\0';
       e.context = std::strtoll(context.c_str(), &end, 10);
       const bool c_ok = *end == '\0';
-      e.cluster_size = int(std::strtol(cluster.c_str(), &end, 10));
-      const bool n_ok = *end == '\0';
+      // Range-checked before narrowing: 4294967297 must not read as cluster size 1.
+      const long long n = std::strtoll(cluster.c_str(), &end, 10);
+      const bool n_ok = *end == '\0' && n >= 1 && n <= 16;
+      e.cluster_size = n_ok ? int(n) : 0;
       e.median_us = std::strtod(us.c_str(), &end);
-      if (b_ok && c_ok && n_ok && e.batch > 0 && e.context > 0 && e.cluster_size >= 1 &&
-          e.cluster_size <= 16) {
+      const bool us_ok = *end == '\0' && std::isfinite(e.median_us) && e.median_us >= 0;
+      if (b_ok && c_ok && n_ok && us_ok && e.batch > 0 && e.context > 0) {
         out.push_back(e);
         continue;
       }
@@ -69,6 +71,15 @@ std::vector<TuneEntry> read_tune_table(const std::string& path) {
 }
 
 void write_tune_table(const std::string& path, const std::vector<TuneEntry>& entries) {
+  // Names that would not read back as written: a tab or line break splits the row, a gpu
+  // name starting with '#' makes it a comment.
+  for (const TuneEntry& e : entries) {
+    TESSERA_CHECK_ARG(e.gpu.find_first_of("\t\n\r") == std::string::npos && !e.gpu.starts_with('#'),
+                      "tune table entry gpu = '", e.gpu,
+                      "': expected a name without tabs or line breaks, not starting with '#'");
+    TESSERA_CHECK_ARG(e.model.find_first_of("\t\n\r") == std::string::npos, "tune table entry model = '",
+                      e.model, "': expected a name without tabs or line breaks");
+  }
   std::vector<TuneEntry> all = read_tune_table(path);
   for (const TuneEntry& e : entries) {
     std::erase_if(all, [&](const TuneEntry& old) { return same_shape(old, e); });
