@@ -61,8 +61,9 @@ TEST(DecodeTuneTable, MissingFileIsEmptyAndMalformedLineIsNamed) {
   std::filesystem::remove(path);
 }
 
-// Found by fuzz_tune_table: a cluster size past int read back as its low bits, and NaN or
-// infinite times were taken.
+// Found while writing fuzz_tune_table (the NaN by the fuzzer's range check, the wrap by
+// reading the parser): a cluster size past int read back as its low bits, and NaN or infinite
+// times were taken.
 TEST(DecodeTuneTable, OutOfRangeFieldsAreRefusedNotWrapped) {
   const std::string path = temp_path("tessera_tune_range.tsv");
   for (const char* row :
