@@ -42,7 +42,7 @@ void TpOperation::Impl::run_fused_all_gather(const RunArgs& args) {
     const RowRange share = row_range(r.m, world, source);
     heap.put_with_signal(gathered, size_t(rows.begin) * row_bytes,
                          first_row + size_t(rows.begin - share.begin) * row_bytes,
-                         size_t(rows.count) * row_bytes, peer, chunk_signal(plan, source, c),
+                         size_t(rows.count) * row_bytes, peer, slot(chunk_signal(plan, source, c)),
                          SignalOp::kSet, 1, s);
   };
   auto gathered_share = [&](int source) {
@@ -54,16 +54,16 @@ void TpOperation::Impl::run_fused_all_gather(const RunArgs& args) {
     // Own rows into the gather buffer, then tell every peer they are there.
     std::memcpy(gathered_share(rank), a_rows, size_t(mine.count) * row_bytes);
     for (int i = 1; i < world; ++i) {
-      heap.signal(wrap(rank + i, world), ready_signal(plan, rank), SignalOp::kSet, 1, s);
+      heap.signal(wrap(rank + i, world), slot(ready_signal(plan, rank)), SignalOp::kSet, 1, s);
     }
     for (int source : gather_order(plan, rank)) {
       if (source == rank) continue;
-      heap.wait_signal(ready_signal(plan, source), WaitCmp::kGe, 1, source, s);
+      heap.wait_signal(slot(ready_signal(plan, source)), WaitCmp::kGe, 1, source, s);
       for (int64_t c = 0; c < num_chunks(plan, source); ++c) {
         const RowRange rows = chunk_rows(plan, source, c);
         heap.get(gathered_rows + size_t(rows.begin) * row_bytes, gathered,
                  size_t(rows.begin) * row_bytes, size_t(rows.count) * row_bytes, source, s);
-        heap.signal(rank, chunk_signal(plan, source, c), SignalOp::kSet, 1, s);
+        heap.signal(rank, slot(chunk_signal(plan, source, c)), SignalOp::kSet, 1, s);
       }
     }
     sender.assign(world, rank);
@@ -76,7 +76,7 @@ void TpOperation::Impl::run_fused_all_gather(const RunArgs& args) {
     for (int hop = 1; hop < world - 1; ++hop) {
       const int source = wrap(rank - hop, world);
       for (int64_t c = 0; c < num_chunks(plan, source); ++c) {
-        heap.wait_signal(chunk_signal(plan, source, c), WaitCmp::kGe, 1, prev, s);
+        heap.wait_signal(slot(chunk_signal(plan, source, c)), WaitCmp::kGe, 1, prev, s);
         push_chunk(source, c, gathered_share(source), next);
       }
     }
@@ -96,7 +96,7 @@ void TpOperation::Impl::run_fused_all_gather(const RunArgs& args) {
     for (int dm = 1; dm < machines; ++dm) {
       const int source = wrap(machine - dm, machines) * g + local;
       for (int64_t c = 0; c < num_chunks(plan, source); ++c) {
-        heap.wait_signal(chunk_signal(plan, source, c), WaitCmp::kGe, 1, source, s);
+        heap.wait_signal(slot(chunk_signal(plan, source, c)), WaitCmp::kGe, 1, source, s);
         for (int dl = 1; dl < g; ++dl) {
           push_chunk(source, c, gathered_share(source), machine * g + wrap(local + dl, g));
         }
@@ -123,7 +123,7 @@ void TpOperation::Impl::run_fused_all_gather(const RunArgs& args) {
     const int source = tile.block;
     const int64_t last = chunk_of_row(plan, source, tile.row_begin + tile.rows - 1);
     for (int64_t c = chunks_here[source]; c <= last; ++c) {
-      heap.wait_signal(chunk_signal(plan, source, c), WaitCmp::kGe, 1, sender[source], s);
+      heap.wait_signal(slot(chunk_signal(plan, source, c)), WaitCmp::kGe, 1, sender[source], s);
     }
     chunks_here[source] = std::max(chunks_here[source], last + 1);
     const std::byte* tile_a = source == rank && own_rows_in_a
@@ -139,10 +139,10 @@ void TpOperation::Impl::run_fused_all_gather(const RunArgs& args) {
   for (int source = 0; source < world; ++source) {
     if (source == rank) continue;
     for (int64_t c = 0; c < num_chunks(plan, source); ++c) {
-      heap.signal(rank, chunk_signal(plan, source, c), SignalOp::kSet, 0, s);
+      heap.signal(rank, slot(chunk_signal(plan, source, c)), SignalOp::kSet, 0, s);
     }
     if (plan.transfer == Transfer::kPull) {
-      heap.signal(rank, ready_signal(plan, source), SignalOp::kSet, 0, s);
+      heap.signal(rank, slot(ready_signal(plan, source)), SignalOp::kSet, 0, s);
     }
   }
 }
@@ -170,14 +170,14 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
                  tile_bytes.data(), tile.cols);
     const bool relayed = plan.two_level && owner / g != machine;
     const int peer = relayed ? machine * g + owner % g : owner;
-    const int slot = relayed ? (owner / g) * g + local : rank;
+    const int partial_slot = relayed ? (owner / g) * g + local : rank;
     const size_t offset =
-        (size_t(slot) * size_t(block_elems) +
+        (size_t(partial_slot) * size_t(block_elems) +
          size_t((tile.row_begin - owner_rows.begin) * n + tile.col_begin)) * out_elem;
     heap.put_2d(relayed ? relay_partials : partials, offset, size_t(n) * out_elem,
                 tile_bytes.data(), size_t(tile.cols) * out_elem, size_t(tile.cols) * out_elem,
                 size_t(tile.rows), peer, s);
-    heap.signal(peer, relayed ? relay_signal(plan, rank) : count_signal(plan, rank),
+    heap.signal(peer, relayed ? slot(relay_signal(plan, rank)) : slot(count_signal(plan, rank)),
                 SignalOp::kAdd, 1, s);
   }
 
@@ -185,9 +185,9 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
   auto sum_slots = [&](const SymmetricBuffer& buffer, const std::vector<int>& slots, int64_t rows,
                        std::vector<float>& sum) {
     sum.assign(size_t(rows * n), 0.0f);
-    for (int slot : slots) {
+    for (int partial_slot : slots) {
       const void* base = static_cast<const std::byte*>(buffer.local) +
-                         size_t(slot) * size_t(block_elems) * out_elem;
+                         size_t(partial_slot) * size_t(block_elems) * out_elem;
       for (int64_t e = 0; e < rows * n; ++e) sum[size_t(e)] += load_as_float(base, r.out_dtype, e);
     }
   };
@@ -200,7 +200,7 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
       expected += block_tiles(plan, row_range(r.m, world, owner).count, n);
     }
     for (int source = machine * g; expected > 0 && source < (machine + 1) * g; ++source) {
-      heap.wait_signal(relay_signal(plan, source), WaitCmp::kGe, uint64_t(expected), source, s);
+      heap.wait_signal(slot(relay_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source, s);
     }
     for (int dm = 1; dm < machines; ++dm) {
       const int owner_machine = wrap(machine + dm, machines);
@@ -214,7 +214,7 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
       detail::store_tile(acc.data(), rows, n, nullptr, 0, r.out_dtype, tile_bytes.data(), n);
       heap.put(partials, size_t(rank) * size_t(block_elems) * out_elem, tile_bytes.data(),
                size_t(rows * n) * out_elem, owner, s);
-      heap.signal(owner, count_signal(plan, rank), SignalOp::kAdd,
+      heap.signal(owner, slot(count_signal(plan, rank)), SignalOp::kAdd,
                   uint64_t(block_tiles(plan, rows, n)), s);
     }
   }
@@ -228,7 +228,7 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
   const int64_t expected = block_tiles(plan, mine.count, n);
   for (int source : sources) {
     if (expected > 0) {
-      heap.wait_signal(count_signal(plan, source), WaitCmp::kGe, uint64_t(expected), source, s);
+      heap.wait_signal(slot(count_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source, s);
     }
   }
   if (mine.count > 0) {
@@ -237,10 +237,10 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
                        0, r.out_dtype, args.out.data(), n);
   }
 
-  for (int source : sources) heap.signal(rank, count_signal(plan, source), SignalOp::kSet, 0, s);
+  for (int source : sources) heap.signal(rank, slot(count_signal(plan, source)), SignalOp::kSet, 0, s);
   if (plan.two_level) {
     for (int source = machine * g; source < (machine + 1) * g; ++source) {
-      heap.signal(rank, relay_signal(plan, source), SignalOp::kSet, 0, s);
+      heap.signal(rank, slot(relay_signal(plan, source)), SignalOp::kSet, 0, s);
     }
   }
 }
@@ -266,19 +266,19 @@ void TpOperation::Impl::run_fused_all_to_all(const RunArgs& args) {
     heap.put_2d(received, offset, size_t(cols_per_rank) * out_elem, tile_bytes.data(),
                 size_t(tile.cols) * out_elem, size_t(tile.cols) * out_elem, size_t(tile.rows),
                 owner, s);
-    heap.signal(owner, count_signal(plan, rank), SignalOp::kAdd, 1, s);
+    heap.signal(owner, slot(count_signal(plan, rank)), SignalOp::kAdd, 1, s);
   }
   for (int source = 0; source < world; ++source) {
     const int64_t expected = block_tiles(plan, row_range(r.m, world, source).count, cols_per_rank);
     if (expected > 0) {
-      heap.wait_signal(count_signal(plan, source), WaitCmp::kGe, uint64_t(expected), source, s);
+      heap.wait_signal(slot(count_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source, s);
     }
   }
   if (args.out.data() != received.local) {
     std::memcpy(args.out.data(), received.local, size_t(r.m * cols_per_rank) * out_elem);
   }
   for (int source = 0; source < world; ++source) {
-    heap.signal(rank, count_signal(plan, source), SignalOp::kSet, 0, s);
+    heap.signal(rank, slot(count_signal(plan, source)), SignalOp::kSet, 0, s);
   }
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "operation_impl.h"
+#include "tessera/comm/agreement.h"
 #include "tessera/core/error.h"
 
 namespace tessera::tp {
@@ -45,10 +46,30 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
                 " backend: not built yet (the Hopper GEMM building block with its hooks is to "
                 "come); expected the cpu backend");
   shapes = rank_shapes(r, rank);
+  if (plan.fused) signals = SignalSlots(*ctx.heap, num_signal_slots(plan), "tensor-parallel operation");
+  check_same_plan_everywhere();
   if (plan.fused) {
     allocate_fused();
   } else {
     allocate_unfused();
+  }
+}
+
+void TpOperation::Impl::check_same_plan_everywhere() {
+  if (world == 1) return;
+  // The reason is for people and may differ in wording; what runs may not.
+  TpPlan bare = plan;
+  bare.reason.clear();
+  const uint64_t mine[2] = {fingerprint(plan_to_json(bare)), uint64_t(int64_t(signals.base()))};
+  const std::vector<uint64_t> all = all_gather_words(ctx, mine);
+  for (int r = 0; r < world; ++r) {
+    TESSERA_CHECK_ARG(all[2 * r] == mine[0], "rank ", rank, ": rank ", r, " planned a different ",
+                      tp_op_name(plan.request.op), " operation (fingerprint ", all[2 * r], " vs ",
+                      mine[0], "): every rank must construct TpOperation with the same plan");
+    TESSERA_CHECK_ARG(all[2 * r + 1] == mine[1], "rank ", rank, ": rank ", r,
+                      " got signal slots from ", int64_t(all[2 * r + 1]), " but this rank from ",
+                      int64_t(mine[1]),
+                      ": every rank must create and destroy its operations in the same order");
   }
 }
 

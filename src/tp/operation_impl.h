@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "tessera/comm/signal_slots.h"
 #include "tessera/core/buffer.h"
 #include "tessera/tp/operation.h"
 #include "tile_gemm.h"
@@ -26,6 +27,7 @@ struct TpOperation::Impl {
   int world = 1;
   int gpus_per_machine = 1;
   RankShapes shapes;
+  SignalSlots signals;  // this operation's range of the heap's signal slots (fused)
   // Fused: the gather buffer [M, K] (AllGather), the partials [P][max_share][N] and, two-level,
   // the relay partials [machines][gpus_per_machine][max_share][N] (ReduceScatter), the
   // received output [M, N/P] (AllToAll); all symmetric.
@@ -37,6 +39,7 @@ struct TpOperation::Impl {
 
   Impl(RankContext& context, const TpPlan& p);
 
+  int slot(int plan_slot) const { return signals.base() + plan_slot; }  // heap slot id
   int64_t max_share() const;  // ceil(M / P): the padded share of the collectives
   detail::WeightOperand weight(const TensorView& b) const;
   // out = a_rows . b (+ bias) for one tile, into dst (row pitch ldd) in out_dtype.
@@ -48,6 +51,7 @@ struct TpOperation::Impl {
   void run_fused_all_to_all(const RunArgs& args);
   void run_unfused(const RunArgs& args);
   void allocate_fused();
+  void check_same_plan_everywhere();
   void allocate_unfused();
 };
 
