@@ -120,7 +120,7 @@ std::vector<TileTask> tile_schedule(const TpPlan& plan, int rank) {
 int64_t num_chunks(const TpPlan& plan, int source) {
   const int64_t share = row_range(plan.request.m, plan.request.world_size, source).count;
   const int64_t per = rows_per_chunk(plan, source);
-  return (share + per - 1) / per;
+  return share == 0 ? 0 : 1 + (share - 1) / per;  // no share + per: comm_rows may be near 2^63
 }
 
 RowRange chunk_rows(const TpPlan& plan, int source, int64_t chunk) {

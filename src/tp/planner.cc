@@ -155,6 +155,12 @@ TpPlan plan_tp(const TpRequest& request, const Topology& topology, const sp::Cos
                const TpPlanOptions& options) {
   validate_request(request);
   cost.validate();
+  // The heap's slots (1024 today); the bound keeps a plan's chunk count, which its timeline
+  // and executor walk, within what a heap can signal.
+  constexpr int kMaxSignalSlots = 1 << 16;
+  TESSERA_CHECK_ARG(options.num_signal_slots >= 1 && options.num_signal_slots <= kMaxSignalSlots,
+                    "num_signal_slots = ", options.num_signal_slots, ": expected 1 to ",
+                    kMaxSignalSlots, " (the heap's SymmetricHeap::num_signal_slots())");
   TESSERA_CHECK_ARG(options.comm_rows >= -1, "comm_rows = ", options.comm_rows,
                     ": expected -1 (the planner's pick), 0 (a whole shard) or rows >= 1");
   TESSERA_CHECK_ARG(topology.world_size == request.world_size &&

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -184,6 +185,18 @@ TEST(TpPlan, ChunksCoverEachShareOnceWithDistinctSignals) {
     }
     EXPECT_EQ(int(slots.size()), num_signal_slots(plan));
     EXPECT_EQ(*slots.rbegin(), num_signal_slots(plan) - 1);
+  }
+}
+
+// fuzz_tp_planner's finding: a communication tile of 2^63 - 1 rows overflowed the chunk count.
+TEST(TpPlan, HugeCommunicationTileIsOneChunk) {
+  TpPlan plan;
+  plan.request = request(TpOp::kAllGatherGemm, 45, 4);
+  plan.comm_rows = std::numeric_limits<int64_t>::max();
+  validate_plan(plan, 1024);
+  for (int source = 0; source < 4; ++source) {
+    EXPECT_EQ(num_chunks(plan, source), 1);
+    EXPECT_EQ(chunk_rows(plan, source, 0).count, row_range(45, 4, source).count);
   }
 }
 

@@ -101,6 +101,16 @@ TEST(TpPlanner, RefusesBadOptionsAndMismatchedTopology) {
   TpPlanOptions options;
   options.comm_rows = -5;
   EXPECT_THROW(plan_tp(llama70b(TpOp::kAllGatherGemm, 64, 4), topo, cost, options), Error);
+  // fuzz_tp_planner's finding: 2^31 - 1 slots let a plan of 2^30 one-row chunks through, whose
+  // timeline then ran for minutes.
+  options = {};
+  options.num_signal_slots = 2147483647;
+  try {
+    plan_tp(llama70b(TpOp::kAllGatherGemm, 64, 4), topo, cost, options);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("num_signal_slots = 2147483647"), std::string::npos);
+  }
   try {
     plan_tp(llama70b(TpOp::kAllGatherGemm, 64, 8), topo, cost);
     ADD_FAILURE();
