@@ -90,16 +90,23 @@ SafetensorsTensor read_entry(const std::string& name, const Json& entry, std::st
     refuse(source, str(where, ": shape ",
                        shape == entry.end() ? std::string("is missing") : detail::describe(*shape),
                        ": expected a list of at most ", kSafetensorsMaxDims, " dimensions"));
-  uint64_t numel = 1;
-  bool numel_overflows = false;
+  // The product of the non-zero dimensions stays <= 2^62, so a view's strides (products of
+  // trailing dimensions, int64) cannot overflow even when a zero dimension empties the tensor.
+  uint64_t nonzero_product = 1;
+  bool zero = false;
   for (const Json& d : *shape) {
     uint64_t dim = 0;
     if (!as_u64(d, &dim) || dim > uint64_t(INT64_MAX))
       refuse(source, str(where, ": shape = ", detail::describe(*shape),
                          ": expected dimensions that are integers from 0 to 2^63 - 1"));
     t.shape.push_back(int64_t(dim));
-    numel_overflows |= __builtin_mul_overflow(numel, dim, &numel);
+    zero |= dim == 0;
+    if (dim != 0 && (__builtin_mul_overflow(nonzero_product, dim, &nonzero_product) ||
+                     nonzero_product > (uint64_t{1} << 62)))
+      refuse(source, str(where, ": shape = ", detail::describe(*shape),
+                         ": expected at most 2^62 elements (zero dimensions left out)"));
   }
+  const uint64_t numel = zero ? 0 : nonzero_product;
 
   const auto offsets = entry.find("data_offsets");
   uint64_t begin = 0, end = 0;
@@ -112,13 +119,12 @@ SafetensorsTensor read_entry(const std::string& name, const Json& entry, std::st
   t.begin = begin;
   t.end = end;
   uint64_t bytes = 0;
-  const bool zero = std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end();
-  if ((numel_overflows && !zero) || __builtin_mul_overflow(numel, known->size, &bytes) ||
-      bytes != end - begin)
-    refuse(source, str(where, ": data_offsets [", begin, ", ", end, "] hold ", end - begin,
-                       " bytes: expected ",
-                       numel_overflows && !zero ? std::string("more than 2^64") : str(bytes), " (",
-                       known->name, " shape ", detail::describe(*shape), ")"));
+  const bool bytes_overflow = __builtin_mul_overflow(numel, known->size, &bytes);
+  if (bytes_overflow || bytes != end - begin)
+    refuse(source,
+           str(where, ": data_offsets [", begin, ", ", end, "] hold ", end - begin,
+               " bytes: expected ", bytes_overflow ? std::string("more than 2^64") : str(bytes),
+               " (", known->name, " shape ", detail::describe(*shape), ")"));
   return t;
 }
 

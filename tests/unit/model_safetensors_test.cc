@@ -146,10 +146,14 @@ TEST_F(Safetensors, RefusesBrokenHeadersNamingWhatIsWrong) {
        "bytes [4, 8) at the end of the data belong to no tensor"},
       // 2^32 * 2^32 elements: the product overflows uint64 and must not wrap to 0 bytes.
       {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})", 0,
-       "hold 0 bytes: expected more than 2^64"},
+       "expected at most 2^62 elements (zero dimensions left out)"},
       // 2^62 elements of 4 bytes: the byte count overflows.
       {R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})", 0,
-       "hold 0 bytes: expected"},
+       "hold 0 bytes: expected more than 2^64"},
+      // A fuzz_safetensors input (UBSan: signed overflow in TensorView's strides): an empty
+      // tensor whose other dimensions multiply past int64.
+      {R"({"a":{"dtype":"F32","shape":[0,1099511627776,1099511627776],"data_offsets":[0,0]}})", 0,
+       "shape = [0,1099511627776,1099511627776] (a list): expected at most 2^62 elements"},
       {R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})", 4,
        "expected a list of at most 8 dimensions"},
       {R"({"__metadata__":{"format":1}})", 0,

@@ -8,7 +8,8 @@
 // Offsets are relative to the data (byte 8 + N). The reader checks everything the format
 // promises and nothing less: 2 <= N <= 100 MB and N <= file size - 8; the header is one JSON
 // object (UTF-8, no key twice, nesting at most 32 deep) whose entries have exactly those
-// fields with known dtype names, non-negative dimensions (at most 8), begin <= end;
+// fields with known dtype names, non-negative dimensions (at most 8, whose non-zero ones
+// multiply to at most 2^62, so a view's int64 strides cannot overflow), begin <= end;
 // end - begin == numel * dtype size computed without overflow; and the tensors, ordered by
 // offset, tile the data from byte 0 to its end with no gap and no overlap (the format allows
 // no holes), so every tensor's bytes lie inside the file. Anything else throws
