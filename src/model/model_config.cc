@@ -25,11 +25,13 @@ constexpr int64_t kMaxVocab = (int64_t{1} << 31) - 1;  // token ids fit int32
 constexpr int64_t kMaxPositions = int64_t{1} << 30;
 
 DType read_dtype(const JsonFields& f) {
-  const std::string name = f.text("torch_dtype", std::string("bfloat16"));
+  // transformers 4.56 and later write "dtype"; earlier versions and diffusers "torch_dtype".
+  const char* key = f.has("dtype") ? "dtype" : "torch_dtype";
+  const std::string name = f.text(key, std::string("bfloat16"));
   if (name == "bfloat16") return DType::kBF16;
   if (name == "float16") return DType::kF16;
   if (name == "float32") return DType::kF32;
-  f.fail("torch_dtype", f.find("torch_dtype"), "bfloat16, float16 or float32");
+  f.fail(key, f.find(key), "bfloat16, float16 or float32");
 }
 
 RopeScaling read_rope_scaling(const JsonFields& top) {

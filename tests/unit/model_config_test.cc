@@ -130,6 +130,10 @@ TEST(ModelConfig, ReadsLlama2WithDefaults) {
   std::string no_kv = kLlama2_7b;
   no_kv.erase(no_kv.find("\"num_key_value_heads\": 32,"), 26);
   EXPECT_EQ(parse_model_config(no_kv).decoder.num_key_value_heads, 32);
+  // transformers 4.56 and later write "dtype" instead of "torch_dtype".
+  std::string newer = kLlama2_7b;
+  newer.replace(newer.find("\"torch_dtype\""), 13, "\"dtype\"");
+  EXPECT_EQ(parse_model_config(newer).dtype, DType::kF16);
 }
 
 TEST(ModelConfig, ReadsQwen25WithQkvBiasAndTiedEmbeddings) {

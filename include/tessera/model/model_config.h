@@ -99,7 +99,7 @@ struct CogVideoXConfig {
 
 struct ModelConfig {
   Architecture architecture = Architecture::kLlama;
-  DType dtype = DType::kBF16;  // torch_dtype when given, else bf16
+  DType dtype = DType::kBF16;  // dtype (or torch_dtype) when given, else bf16
   DecoderConfig decoder;       // kLlama, kQwen2
   FluxConfig flux;             // kFlux
   CogVideoXConfig cogvideox;   // kCogVideoX
