@@ -123,7 +123,7 @@ SafetensorsTensor read_entry(const std::string& name, const Json& entry, std::st
   if (bytes_overflow || bytes != end - begin)
     refuse(source,
            str(where, ": data_offsets [", begin, ", ", end, "] hold ", end - begin,
-               " bytes: expected ", bytes_overflow ? std::string("more than 2^64") : str(bytes),
+               " bytes: expected ", bytes_overflow ? std::string("2^64 or more") : str(bytes),
                " (", known->name, " shape ", detail::describe(*shape), ")"));
   return t;
 }
