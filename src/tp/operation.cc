@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "operation_impl.h"
+#include "tp/tp_backend.h"
 #include "tessera/comm/agreement.h"
 #include "tessera/core/error.h"
 
@@ -41,15 +42,20 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
                       "plan.fused = true: expected a context with a symmetric heap");
   }
   validate_plan(plan, ctx.heap ? ctx.heap->num_signal_slots() : 0);
-  TESSERA_CHECK(ctx.backend == Backend::kCpu, ErrorCode::kUnsupported,
-                "tensor-parallel operations on the ", backend_name(ctx.backend),
-                " backend: not built yet (the Hopper GEMM building block with its hooks is to "
-                "come); expected the cpu backend");
+  // Fused plans run on the cpu backend only until the GEMM building block with its hooks exists.
+  TESSERA_CHECK(ctx.backend == Backend::kCpu || !plan.fused, ErrorCode::kUnsupported,
+                "plan.fused = true on the ", backend_name(ctx.backend),
+                " backend: the fused kernels are not built yet; expected an unfused plan "
+                "(TpPlanOptions::Fuse::kUnfused) or the cpu backend");
   shapes = rank_shapes(r, rank);
   if (plan.fused) signals = SignalSlots(*ctx.heap, num_signal_slots(plan), "tensor-parallel operation");
   check_same_plan_everywhere();
   if (plan.fused) {
     allocate_fused();
+  } else if (ctx.backend == Backend::kCuda) {
+#ifdef TESSERA_WITH_CUDA
+    cuda_unfused = detail::make_cuda_unfused_pair(ctx, plan);
+#endif
   } else {
     allocate_unfused();
   }
@@ -155,6 +161,9 @@ void TpOperation::run(const TensorView& a, const TensorView& b, const TensorView
                     backend_name(stream.backend()), " stream, expected a ",
                     backend_name(im.ctx.backend), " stream");
   const RunArgs args{a, b, bias, out, stream};
+#ifdef TESSERA_WITH_CUDA
+  if (im.cuda_unfused) return im.cuda_unfused->run(a, b, bias, out, stream);
+#endif
   if (!im.plan.fused) return im.run_unfused(args);
   switch (r.op) {
     case TpOp::kAllGatherGemm: return im.run_fused_all_gather(args);

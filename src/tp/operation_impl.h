@@ -8,6 +8,7 @@
 #include "tessera/core/buffer.h"
 #include "tessera/tp/operation.h"
 #include "tile_gemm.h"
+#include "tp_backend.h"
 
 namespace tessera::tp {
 
@@ -34,6 +35,9 @@ struct TpOperation::Impl {
   SymmetricBuffer gathered, partials, relay_partials, received;
   // Unfused: padded send/receive buffers for the Communicator's collectives.
   Buffer send, recv, product;
+#ifdef TESSERA_WITH_CUDA
+  std::unique_ptr<detail::CudaUnfusedPair> cuda_unfused;  // unfused plans on cuda
+#endif
   std::vector<float> acc, gemm_scratch;
   std::vector<std::byte> tile_bytes;
 

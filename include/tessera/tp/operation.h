@@ -12,8 +12,9 @@
 // signals reset. An unfused plan runs the GEMM and the Communicator's collective one after
 // the other. Every wait is bounded by the heap's timeout and names the rank waited for.
 //
-// Backends: cpu (rank threads, a float32 tile GEMM: the protocol CI checks). The cuda backend
-// is refused with kUnsupported until the GEMM building block with its hooks exists.
+// Backends: cpu (rank threads, a float32 tile GEMM: the protocol CI checks, fused and unfused);
+// cuda runs unfused plans (cuBLASLt and NCCL) and refuses fused ones with kUnsupported until
+// the GEMM building block with its hooks exists.
 #pragma once
 
 #include <memory>
