@@ -193,8 +193,9 @@ TEST(AttnFp8, AgainstBf16ReferenceWithinTheE4m3Bound) {
   }
 }
 
-// f32 output: exactly the float32 reference of the dequantized inputs.
-TEST(AttnFp8, F32OutputIsTheReferenceOfTheDequantizedInputs) {
+// f32 output: exactly the float32 reference of the dequantized inputs; f16/bf16 outputs: that,
+// rounded once.
+TEST(AttnFp8, OutputIsTheF32ReferenceOfTheDequantizedInputs) {
   const int64_t d = 128, lq = 5, lkv = 7;
   Tensor q = random_tensor({1, lq, 2, d}, DType::kF32, 70);
   Tensor k = random_tensor({1, lkv, 1, d}, DType::kF32, 71);
@@ -226,6 +227,14 @@ TEST(AttnFp8, F32OutputIsTheReferenceOfTheDequantizedInputs) {
   reference_attention_fp8(q8, k8, v8, {dq, dk, dv}, mask, scale, o, lse);
   for (size_t i = 0; i < want.o.size(); ++i) ASSERT_EQ(o.data_as<float>()[i], want.o[i]) << i;
   for (size_t i = 0; i < want.lse.size(); ++i) ASSERT_EQ(lse.data_as<float>()[i], want.lse[i]) << i;
+  // f16 and bf16 outputs: the same values rounded once to the output dtype.
+  for (DType out : {DType::kF16, DType::kBF16}) {
+    Tensor o16 = filled({1, lq, 2, d}, out, NAN);
+    reference_attention_fp8(q8, k8, v8, {dq, dk, dv}, mask, scale, o16, {});
+    for (size_t i = 0; i < want.o.size(); ++i)
+      ASSERT_EQ(load_as_float(o16.data(), out, int64_t(i)), round_to_dtype(out, want.o[i]))
+          << dtype_name(out) << " " << i;
+  }
 }
 
 }  // namespace
