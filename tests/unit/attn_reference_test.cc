@@ -21,7 +21,6 @@
 namespace tessera::attn {
 namespace {
 
-
 struct Shape {
   int64_t b, lq, lkv, hq, hkv, d;
 };
