@@ -186,6 +186,8 @@ SafetensorsDType to_safetensors_dtype(DType dtype) {
       return SafetensorsDType::kI64;
     case DType::kU64:
       return SafetensorsDType::kU64;
+    case DType::kFP8E4M3:
+      return SafetensorsDType::kF8E4M3;  // torch.float8_e4m3fn, the same format
   }
   throw_error(ErrorCode::kInternal, "unknown dtype");
 }
