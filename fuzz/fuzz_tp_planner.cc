@@ -35,7 +35,8 @@ tp::TpRequest decode_request(FuzzedDataProvider& in) {
 // machines x (ranks / machines) with NVLink or PCIe inside and a network or emulated link
 // across, as runs build them; or a topology whose size disagrees with the request.
 Topology decode_topology(FuzzedDataProvider& in, const tp::TpRequest& r) {
-  const int ranks = int(std::clamp<int64_t>(int64_t(r.world_size) + (in.ConsumeIntegralInRange<int>(0, 15) == 0), 1, 64));
+  const int ranks = int(std::clamp<int64_t>(
+      int64_t(r.world_size) + (in.ConsumeIntegralInRange<int>(0, 15) == 0), 1, 64));
   const int machines = ranks % std::max(r.num_machines, 1) == 0 ? std::max(r.num_machines, 1) : 1;
   Topology t = cpu_topology(ranks, machines);
   const LinkClass inside = in.ConsumeBool() ? LinkClass::kNVLink : LinkClass::kPCIe;
@@ -69,7 +70,8 @@ void check_plan(const tp::TpRequest& request, const tp::TpPlan& plan,
   const tp::TpEstimate e = tp::estimate(plan, topology, cost);
   if ((!extreme_cost && (!std::isfinite(e.fused_us) || !std::isfinite(e.unfused_us))) ||
       !(e.gemm_us >= 0) || !(e.fused_us >= 0)) {
-    fuzz::fail(str("estimate not finite: fused ", e.fused_us, " unfused ", e.unfused_us, "\n", what));
+    fuzz::fail(
+        str("estimate not finite: fused ", e.fused_us, " unfused ", e.unfused_us, "\n", what));
   }
   // Schedules: small problems only (the check visits every output element).
   const int p = r.world_size;
@@ -106,7 +108,8 @@ void check_plan(const tp::TpRequest& request, const tp::TpPlan& plan,
       int64_t next = tp::row_range(r.m, p, rank).begin;
       for (int64_t c = 0; c < tp::num_chunks(plan, rank); ++c) {
         const tp::RowRange chunk = tp::chunk_rows(plan, rank, c);
-        if (chunk.begin != next || chunk.count < 1) fuzz::fail(str("chunk ", c, " misplaced\n", what));
+        if (chunk.begin != next || chunk.count < 1)
+          fuzz::fail(str("chunk ", c, " misplaced\n", what));
         next += chunk.count;
       }
       const tp::RowRange share = tp::row_range(r.m, p, rank);
@@ -125,8 +128,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sp::CostModel cost = sp::CostModel::for_topology(topology);
     bool extreme_cost = false;
     if (in.ConsumeIntegralInRange<int>(0, 7) == 0) {
-      const char* terms[] = {"gemm_tflops", "gemm_m_half", "gemm_fused_slowdown", "nvlink_gbps",
-                             "network_gbps", "launch_us", "hbm_gbps"};
+      const char* terms[] = {"gemm_tflops", "gemm_m_half",  "gemm_fused_slowdown",
+                             "nvlink_gbps", "network_gbps", "launch_us",
+                             "hbm_gbps"};
       const double value = fuzz::draw_double(in);
       extreme_cost = !(std::fabs(value) < 1e9 && std::fabs(value) > 1e-6);
       cost.set(terms[in.ConsumeIntegralInRange<size_t>(0, 6)], value);

@@ -26,8 +26,8 @@ SignalSlots::SignalSlots(const SymmetricHeap& heap, int count, const char* user)
     if (b - begin >= count) break;
     begin = std::max(begin, e);
   }
-  TESSERA_CHECK(begin + count <= heap.num_signal_slots(), ErrorCode::kUnsupported, user,
-                " needs ", count, " signal slots of the symmetric heap, but only ",
+  TESSERA_CHECK(begin + count <= heap.num_signal_slots(), ErrorCode::kUnsupported, user, " needs ",
+                count, " signal slots of the symmetric heap, but only ",
                 heap.num_signal_slots() - begin, " of ", heap.num_signal_slots(),
                 " are free: destroy unused operations sharing the heap");
   ranges[begin] = begin + count;
@@ -47,7 +47,9 @@ void SignalSlots::release() {
   heap_ = nullptr;
 }
 
-SignalSlots::~SignalSlots() { release(); }
+SignalSlots::~SignalSlots() {
+  release();
+}
 
 SignalSlots::SignalSlots(SignalSlots&& other) noexcept
     : heap_(std::exchange(other.heap_, nullptr)), base_(other.base_), count_(other.count_) {}

@@ -11,9 +11,13 @@ namespace tessera::tp {
 
 namespace {
 
-int wrap(int index, int size) { return ((index % size) + size) % size; }
+int wrap(int index, int size) {
+  return ((index % size) + size) % size;
+}
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 // Tiles of a [rows, cols] block (what a source sends an owner).
 int64_t block_tiles(const TpPlan& plan, int64_t rows, int64_t cols) {
@@ -171,9 +175,9 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
     const bool relayed = plan.two_level && owner / g != machine;
     const int peer = relayed ? machine * g + owner % g : owner;
     const int partial_slot = relayed ? (owner / g) * g + local : rank;
-    const size_t offset =
-        (size_t(partial_slot) * size_t(block_elems) +
-         size_t((tile.row_begin - owner_rows.begin) * n + tile.col_begin)) * out_elem;
+    const size_t offset = (size_t(partial_slot) * size_t(block_elems) +
+                           size_t((tile.row_begin - owner_rows.begin) * n + tile.col_begin)) *
+                          out_elem;
     heap.put_2d(relayed ? relay_partials : partials, offset, size_t(n) * out_elem,
                 tile_bytes.data(), size_t(tile.cols) * out_elem, size_t(tile.cols) * out_elem,
                 size_t(tile.rows), peer, s);
@@ -200,7 +204,8 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
       expected += block_tiles(plan, row_range(r.m, world, owner).count, n);
     }
     for (int source = machine * g; expected > 0 && source < (machine + 1) * g; ++source) {
-      heap.wait_signal(slot(relay_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source, s);
+      heap.wait_signal(slot(relay_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source,
+                       s);
     }
     for (int dm = 1; dm < machines; ++dm) {
       const int owner_machine = wrap(machine + dm, machines);
@@ -228,16 +233,18 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
   const int64_t expected = block_tiles(plan, mine.count, n);
   for (int source : sources) {
     if (expected > 0) {
-      heap.wait_signal(slot(count_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source, s);
+      heap.wait_signal(slot(count_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source,
+                       s);
     }
   }
   if (mine.count > 0) {
     sum_slots(partials, sources, mine.count, acc);
-    detail::store_tile(acc.data(), mine.count, n, args.bias.empty() ? nullptr : args.bias.data(),
-                       0, r.out_dtype, args.out.data(), n);
+    detail::store_tile(acc.data(), mine.count, n, args.bias.empty() ? nullptr : args.bias.data(), 0,
+                       r.out_dtype, args.out.data(), n);
   }
 
-  for (int source : sources) heap.signal(rank, slot(count_signal(plan, source)), SignalOp::kSet, 0, s);
+  for (int source : sources)
+    heap.signal(rank, slot(count_signal(plan, source)), SignalOp::kSet, 0, s);
   if (plan.two_level) {
     for (int source = machine * g; source < (machine + 1) * g; ++source) {
       heap.signal(rank, slot(relay_signal(plan, source)), SignalOp::kSet, 0, s);
@@ -262,7 +269,8 @@ void TpOperation::Impl::run_fused_all_to_all(const RunArgs& args) {
     compute_tile(a + size_t(tile.row_begin * r.k) * in_elem, r.k, tile, args.b,
                  args.bias.empty() ? nullptr : args.bias.data(), tile_bytes.data(), tile.cols);
     const size_t offset = (size_t(mine.begin + tile.row_begin) * size_t(cols_per_rank) +
-                           size_t(tile.col_begin - owner * cols_per_rank)) * out_elem;
+                           size_t(tile.col_begin - owner * cols_per_rank)) *
+                          out_elem;
     heap.put_2d(received, offset, size_t(cols_per_rank) * out_elem, tile_bytes.data(),
                 size_t(tile.cols) * out_elem, size_t(tile.cols) * out_elem, size_t(tile.rows),
                 owner, s);
@@ -271,7 +279,8 @@ void TpOperation::Impl::run_fused_all_to_all(const RunArgs& args) {
   for (int source = 0; source < world; ++source) {
     const int64_t expected = block_tiles(plan, row_range(r.m, world, source).count, cols_per_rank);
     if (expected > 0) {
-      heap.wait_signal(slot(count_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source, s);
+      heap.wait_signal(slot(count_signal(plan, source)), WaitCmp::kGe, uint64_t(expected), source,
+                       s);
     }
   }
   if (args.out.data() != received.local) {

@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "operation_impl.h"
-#include "tp/tp_backend.h"
 #include "tessera/comm/agreement.h"
 #include "tessera/core/error.h"
+#include "tp/tp_backend.h"
 
 namespace tessera::tp {
 
@@ -48,7 +48,8 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
                 " backend: the fused kernels are not built yet; expected an unfused plan "
                 "(TpPlanOptions::Fuse::kUnfused) or the cpu backend");
   shapes = rank_shapes(r, rank);
-  if (plan.fused) signals = SignalSlots(*ctx.heap, num_signal_slots(plan), "tensor-parallel operation");
+  if (plan.fused)
+    signals = SignalSlots(*ctx.heap, num_signal_slots(plan), "tensor-parallel operation");
   check_same_plan_everywhere();
   if (plan.fused) {
     allocate_fused();
@@ -96,8 +97,8 @@ void TpOperation::Impl::compute_tile(const void* a_rows, int64_t lda, const Tile
   acc.resize(size_t(tile.rows * tile.cols));
   detail::gemm_tile(a_rows, lda, plan.request.dtype, tile.rows, weight(b), tile.col_begin,
                     tile.cols, gemm_scratch, acc.data());
-  detail::store_tile(acc.data(), tile.rows, tile.cols, bias, tile.col_begin,
-                     plan.request.out_dtype, dst, ldd);
+  detail::store_tile(acc.data(), tile.rows, tile.cols, bias, tile.col_begin, plan.request.out_dtype,
+                     dst, ldd);
 }
 
 void TpOperation::Impl::allocate_fused() {
@@ -127,8 +128,12 @@ TpOperation::TpOperation(RankContext& ctx, const TpPlan& plan)
     : impl_(std::make_unique<Impl>(ctx, plan)) {}
 TpOperation::~TpOperation() = default;
 
-const TpPlan& TpOperation::plan() const { return impl_->plan; }
-RankShapes TpOperation::shapes() const { return impl_->shapes; }
+const TpPlan& TpOperation::plan() const {
+  return impl_->plan;
+}
+RankShapes TpOperation::shapes() const {
+  return impl_->shapes;
+}
 
 void TpOperation::run(const TensorView& a, const TensorView& b, const TensorView& bias,
                       const TensorView& out, const Stream& stream) {
@@ -138,13 +143,13 @@ void TpOperation::run(const TensorView& a, const TensorView& b, const TensorView
   const Device device = im.ctx.device;
   check_matrix(a, s.a_rows, s.a_cols, r.dtype, device, "a",
                r.op == TpOp::kGemmReduceScatter ? "all rows, this rank's K/P input features"
-                                                 : "this rank's rows, K input features");
+                                                : "this rank's rows, K input features");
   check_matrix(b, s.b_rows, s.b_cols, r.dtype, device, "b",
                r.weight_layout == WeightLayout::kKN ? "the weight shard as [K, N]"
                                                     : "the weight shard as [N, K]");
   check_matrix(out, s.out_rows, s.out_cols, r.out_dtype, device, "out",
                r.op == TpOp::kGemmReduceScatter ? "this rank's rows, N output features"
-                                                 : "all rows, this rank's N/P output features");
+                                                : "all rows, this rank's N/P output features");
   if (r.has_bias) {
     TESSERA_CHECK_ARG(!bias.empty(), "bias: expected ", dtype_name(r.out_dtype), "[", s.bias,
                       "] (the plan has a bias), got an empty view");
@@ -166,9 +171,12 @@ void TpOperation::run(const TensorView& a, const TensorView& b, const TensorView
 #endif
   if (!im.plan.fused) return im.run_unfused(args);
   switch (r.op) {
-    case TpOp::kAllGatherGemm: return im.run_fused_all_gather(args);
-    case TpOp::kGemmReduceScatter: return im.run_fused_reduce_scatter(args);
-    case TpOp::kGemmAllToAll: return im.run_fused_all_to_all(args);
+    case TpOp::kAllGatherGemm:
+      return im.run_fused_all_gather(args);
+    case TpOp::kGemmReduceScatter:
+      return im.run_fused_reduce_scatter(args);
+    case TpOp::kGemmAllToAll:
+      return im.run_fused_all_to_all(args);
   }
 }
 

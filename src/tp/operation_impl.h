@@ -43,7 +43,9 @@ struct TpOperation::Impl {
 
   Impl(RankContext& context, const TpPlan& p);
 
-  int slot(int plan_slot) const { return signals.base() + plan_slot; }  // heap slot id
+  int slot(int plan_slot) const {
+    return signals.base() + plan_slot;
+  }                           // heap slot id
   int64_t max_share() const;  // ceil(M / P): the padded share of the collectives
   detail::WeightOperand weight(const TensorView& b) const;
   // out = a_rows . b (+ bias) for one tile, into dst (row pitch ldd) in out_dtype.

@@ -11,11 +11,15 @@ namespace tessera::tp {
 const char* transfer_name(Transfer transfer) {
   return transfer == Transfer::kPush ? "push" : "pull";
 }
-const char* route_name(Route route) { return route == Route::kDirect ? "direct" : "ring"; }
+const char* route_name(Route route) {
+  return route == Route::kDirect ? "direct" : "ring";
+}
 
 namespace {
 
-int wrap(int index, int size) { return ((index % size) + size) % size; }
+int wrap(int index, int size) {
+  return ((index % size) + size) % size;
+}
 
 int64_t rows_per_chunk(const TpPlan& plan, int source) {
   const int64_t share = row_range(plan.request.m, plan.request.world_size, source).count;
@@ -86,8 +90,7 @@ std::vector<TileTask> tile_schedule(const TpPlan& plan, int rank) {
   const TpRequest& r = plan.request;
   const int p = r.world_size;
   std::vector<TileTask> tiles;
-  auto add_rows = [&](int block, int64_t row_begin, int64_t rows, int64_t col_begin,
-                      int64_t cols) {
+  auto add_rows = [&](int block, int64_t row_begin, int64_t rows, int64_t col_begin, int64_t cols) {
     for (int64_t i = 0; i < rows; i += plan.tile_m) {
       for (int64_t j = 0; j < cols; j += plan.tile_n) {
         tiles.push_back({block, row_begin + i, std::min<int64_t>(plan.tile_m, rows - i),
@@ -110,7 +113,8 @@ std::vector<TileTask> tile_schedule(const TpPlan& plan, int rank) {
       break;
     case TpOp::kGemmAllToAll: {
       const int64_t rows = row_range(r.m, p, rank).count;
-      for (int owner : owner_order(plan, rank)) add_rows(owner, 0, rows, owner * (r.n / p), r.n / p);
+      for (int owner : owner_order(plan, rank))
+        add_rows(owner, 0, rows, owner * (r.n / p), r.n / p);
       break;
     }
   }
@@ -141,17 +145,25 @@ int chunk_signal(const TpPlan& plan, int source, int64_t chunk) {
   return int(base + chunk);
 }
 
-int ready_signal(const TpPlan& plan, int source) { return total_chunks(plan) + source; }
-int count_signal(const TpPlan&, int source) { return source; }
-int relay_signal(const TpPlan& plan, int source) { return plan.request.world_size + source; }
+int ready_signal(const TpPlan& plan, int source) {
+  return total_chunks(plan) + source;
+}
+int count_signal(const TpPlan&, int source) {
+  return source;
+}
+int relay_signal(const TpPlan& plan, int source) {
+  return plan.request.world_size + source;
+}
 
 int num_signal_slots(const TpPlan& plan) {
   const int p = plan.request.world_size;
   switch (plan.request.op) {
     case TpOp::kAllGatherGemm:
       return total_chunks(plan) + (plan.transfer == Transfer::kPull ? p : 0);
-    case TpOp::kGemmReduceScatter: return plan.two_level ? 2 * p : p;
-    case TpOp::kGemmAllToAll: return p;
+    case TpOp::kGemmReduceScatter:
+      return plan.two_level ? 2 * p : p;
+    case TpOp::kGemmAllToAll:
+      return p;
   }
   return 0;
 }

@@ -63,8 +63,9 @@ TpEstimate estimate_all_gather(const TpPlan& plan, const Links& l, const sp::Cos
   const double per_row = (e.gemm_us - cost.launch_us) * (1 + cost.gemm_fused_slowdown) / r.m;
   LinkQueue intra{l.intra}, cross{l.cross};
   // Ring: every shard passes every link of the ring, the slowest sets the pace.
-  if (plan.route == Route::kRing && r.num_machines > 1) intra.cost = cross.cost = {
-      std::min(l.intra.bandwidth_gbps, l.cross.bandwidth_gbps), l.cross.latency_us};
+  if (plan.route == Route::kRing && r.num_machines > 1)
+    intra.cost =
+        cross.cost = {std::min(l.intra.bandwidth_gbps, l.cross.bandwidth_gbps), l.cross.latency_us};
   std::vector<double> forwarded_ready(size_t(p), 0);  // two-level: when the forwarder has it
   double t = cost.launch_us;
   for (int source : gather_order(plan, rank)) {
@@ -146,7 +147,7 @@ TpEstimate estimate(const TpPlan& plan, const Topology& topology, const sp::Cost
                     ": expected the same");
   const Links l = links_of(topology, cost);
   TpEstimate e = plan.request.op == TpOp::kAllGatherGemm ? estimate_all_gather(plan, l, cost)
-                                                          : estimate_scatter(plan, l, cost);
+                                                         : estimate_scatter(plan, l, cost);
   if (plan.request.world_size == 1) e.fused_us = e.unfused_us = e.gemm_us;
   return e;
 }
@@ -163,11 +164,10 @@ TpPlan plan_tp(const TpRequest& request, const Topology& topology, const sp::Cos
                     kMaxSignalSlots, " (the heap's SymmetricHeap::num_signal_slots())");
   TESSERA_CHECK_ARG(options.comm_rows >= -1, "comm_rows = ", options.comm_rows,
                     ": expected -1 (the planner's pick), 0 (a whole shard) or rows >= 1");
-  TESSERA_CHECK_ARG(topology.world_size == request.world_size &&
-                        topology.num_machines() == request.num_machines,
-                    "topology of ", topology.world_size, " ranks in ", topology.num_machines(),
-                    " machines: expected the request's ", request.world_size, " in ",
-                    request.num_machines);
+  TESSERA_CHECK_ARG(
+      topology.world_size == request.world_size && topology.num_machines() == request.num_machines,
+      "topology of ", topology.world_size, " ranks in ", topology.num_machines(),
+      " machines: expected the request's ", request.world_size, " in ", request.num_machines);
   const Links l = links_of(topology, cost);
   TpPlan base;
   base.request = request;
@@ -203,8 +203,9 @@ TpPlan plan_tp(const TpRequest& request, const Topology& topology, const sp::Cos
       if (num_signal_slots(p) <= options.num_signal_slots) candidates.push_back(p);
     }
   }
-  TESSERA_CHECK_ARG(!candidates.empty(), "comm_rows = ", options.comm_rows, ": needs more than the ",
-                    options.num_signal_slots, " signal slots of the heap");
+  TESSERA_CHECK_ARG(!candidates.empty(), "comm_rows = ", options.comm_rows,
+                    ": needs more than the ", options.num_signal_slots,
+                    " signal slots of the heap");
   TpPlan best;
   double best_us = 0;
   TpEstimate best_e;
@@ -221,9 +222,15 @@ TpPlan plan_tp(const TpRequest& request, const Topology& topology, const sp::Cos
   best.unfused_us = best_e.unfused_us;
   const bool fusion_wins = best_e.fused_us < best_e.unfused_us;
   switch (options.fuse) {
-    case TpPlanOptions::Fuse::kFused: best.fused = true; break;
-    case TpPlanOptions::Fuse::kUnfused: best.fused = false; break;
-    case TpPlanOptions::Fuse::kAuto: best.fused = fusion_wins && request.world_size > 1; break;
+    case TpPlanOptions::Fuse::kFused:
+      best.fused = true;
+      break;
+    case TpPlanOptions::Fuse::kUnfused:
+      best.fused = false;
+      break;
+    case TpPlanOptions::Fuse::kAuto:
+      best.fused = fusion_wins && request.world_size > 1;
+      break;
   }
   best.reason = str(request.world_size == 1 ? "one rank: nothing to communicate; " : "",
                     "cost model: fused ", best_e.fused_us, " us vs GEMM + collective ",

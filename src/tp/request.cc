@@ -7,9 +7,12 @@ namespace tessera::tp {
 
 const char* tp_op_name(TpOp op) {
   switch (op) {
-    case TpOp::kAllGatherGemm: return "ag_gemm";
-    case TpOp::kGemmReduceScatter: return "gemm_rs";
-    case TpOp::kGemmAllToAll: return "gemm_a2a";
+    case TpOp::kAllGatherGemm:
+      return "ag_gemm";
+    case TpOp::kGemmReduceScatter:
+      return "gemm_rs";
+    case TpOp::kGemmAllToAll:
+      return "gemm_a2a";
   }
   return "?";
 }
@@ -44,8 +47,8 @@ void validate_request(const TpRequest& r) {
                     ": expected bf16, f16 or f32");
   TESSERA_CHECK_ARG(r.world_size >= 1, "world_size = ", r.world_size, ": expected >= 1");
   TESSERA_CHECK_ARG(r.num_machines >= 1 && r.world_size % r.num_machines == 0,
-                    "num_machines = ", r.num_machines, ": expected a divisor of world_size = ",
-                    r.world_size);
+                    "num_machines = ", r.num_machines,
+                    ": expected a divisor of world_size = ", r.world_size);
   const int p = r.world_size;
   switch (r.op) {
     case TpOp::kAllGatherGemm:
@@ -60,10 +63,10 @@ void validate_request(const TpRequest& r) {
   }
   // Element offsets are int64 everywhere; keep every operand's element count far from it.
   constexpr int64_t kMaxElements = int64_t(1) << 40;
-  TESSERA_CHECK_ARG(r.m <= kMaxElements / r.k && r.m <= kMaxElements / r.n &&
-                        r.n <= kMaxElements / r.k,
-                    "m, n, k = ", r.m, ", ", r.n, ", ", r.k,
-                    ": expected every operand to hold at most 2^40 elements");
+  TESSERA_CHECK_ARG(
+      r.m <= kMaxElements / r.k && r.m <= kMaxElements / r.n && r.n <= kMaxElements / r.k,
+      "m, n, k = ", r.m, ", ", r.n, ", ", r.k,
+      ": expected every operand to hold at most 2^40 elements");
 }
 
 RowRange row_range(int64_t m, int world_size, int rank) {

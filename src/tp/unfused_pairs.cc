@@ -12,7 +12,9 @@ void TpOperation::Impl::allocate_unfused() {
   const TpRequest& r = plan.request;
   const size_t in_elem = dtype_size(r.dtype), out_elem = dtype_size(r.out_dtype);
   const size_t share = size_t(max_share()), p = size_t(world);
-  auto allocate = [&](size_t bytes) { return Buffer::allocate(std::max<size_t>(bytes, 1), ctx.device); };
+  auto allocate = [&](size_t bytes) {
+    return Buffer::allocate(std::max<size_t>(bytes, 1), ctx.device);
+  };
   switch (r.op) {
     case TpOp::kAllGatherGemm:
       send = allocate(share * size_t(r.k) * in_elem);
@@ -56,10 +58,9 @@ void TpOperation::Impl::run_unfused(const RunArgs& args) {
         const RowRange rows = row_range(r.m, world, source);
         if (rows.count == 0) continue;
         const TileTask all{source, rows.begin, rows.count, 0, cols};
-        compute_tile(bytes_at(recv, size_t(source * share) * row_bytes), r.k, all, args.b, bias,
-                     static_cast<std::byte*>(args.out.data()) +
-                         size_t(rows.begin * cols) * out_elem,
-                     cols);
+        compute_tile(
+            bytes_at(recv, size_t(source * share) * row_bytes), r.k, all, args.b, bias,
+            static_cast<std::byte*>(args.out.data()) + size_t(rows.begin * cols) * out_elem, cols);
       }
       break;
     }
@@ -71,13 +72,12 @@ void TpOperation::Impl::run_unfused(const RunArgs& args) {
         const RowRange rows = row_range(r.m, world, owner);
         if (rows.count == 0) continue;
         const TileTask all{owner, rows.begin, rows.count, 0, n};
-        compute_tile(static_cast<const std::byte*>(args.a.data()) +
-                         size_t(rows.begin * lda) * in_elem,
-                     lda, all, args.b, nullptr, bytes_at(send, size_t(owner * share * n) * out_elem),
-                     n);
+        compute_tile(
+            static_cast<const std::byte*>(args.a.data()) + size_t(rows.begin * lda) * in_elem, lda,
+            all, args.b, nullptr, bytes_at(send, size_t(owner * share * n) * out_elem), n);
       }
-      comm.reduce_scatter(view(send, r.out_dtype, p * share * n), view(recv, r.out_dtype, share * n),
-                          ReduceOp::kSum, s);
+      comm.reduce_scatter(view(send, r.out_dtype, p * share * n),
+                          view(recv, r.out_dtype, share * n), ReduceOp::kSum, s);
       for (int64_t i = 0; i < mine.count * n; ++i) {
         float v = load_as_float(recv.data(), r.out_dtype, i);
         if (bias) v += load_as_float(bias, r.out_dtype, i % n);

@@ -190,55 +190,71 @@ TEST(TpBadInput, RunRefusesOperandsNamingTheArgument) {
   auto view = [&](DType d, int64_t r, int64_t c) { return TensorView(p, d, cpu, {r, c}); };
   const TpPlan plan = plan_for(TpOp::kGemmReduceScatter);
   const std::vector<Case> cases = {
-      {"a rows", [&](tp::TpOperation& op, const tp::RankShapes& s) {
+      {"a rows",
+       [&](tp::TpOperation& op, const tp::RankShapes& s) {
          op.run(view(DType::kBF16, s.a_rows - 1, s.a_cols), view(DType::kBF16, s.b_rows, s.b_cols),
-                TensorView(p, DType::kBF16, cpu, {s.bias}), view(DType::kBF16, s.out_rows, s.out_cols),
-                Stream::cpu());
-       }, {"a = ", "expected shape [37, 5]"}},
-      {"b dtype", [&](tp::TpOperation& op, const tp::RankShapes& s) {
+                TensorView(p, DType::kBF16, cpu, {s.bias}),
+                view(DType::kBF16, s.out_rows, s.out_cols), Stream::cpu());
+       },
+       {"a = ", "expected shape [37, 5]"}},
+      {"b dtype",
+       [&](tp::TpOperation& op, const tp::RankShapes& s) {
          op.run(view(DType::kBF16, s.a_rows, s.a_cols), view(DType::kF16, s.b_rows, s.b_cols),
-                TensorView(p, DType::kBF16, cpu, {s.bias}), view(DType::kBF16, s.out_rows, s.out_cols),
-                Stream::cpu());
-       }, {"b", "bf16"}},
-      {"out too small", [&](tp::TpOperation& op, const tp::RankShapes& s) {
-         op.run(view(DType::kBF16, s.a_rows, s.a_cols), view(DType::kBF16, s.b_rows, s.b_cols),
-                TensorView(p, DType::kBF16, cpu, {s.bias}), view(DType::kBF16, s.out_rows - 1, s.out_cols),
-                Stream::cpu());
-       }, {"out = ", ", 24] cpu: expected shape [", "(this rank's rows, N output features)"}},
-      {"out on cuda", [&](tp::TpOperation& op, const tp::RankShapes& s) {
+                TensorView(p, DType::kBF16, cpu, {s.bias}),
+                view(DType::kBF16, s.out_rows, s.out_cols), Stream::cpu());
+       },
+       {"b", "bf16"}},
+      {"out too small",
+       [&](tp::TpOperation& op, const tp::RankShapes& s) {
          op.run(view(DType::kBF16, s.a_rows, s.a_cols), view(DType::kBF16, s.b_rows, s.b_cols),
                 TensorView(p, DType::kBF16, cpu, {s.bias}),
-                TensorView(p, DType::kBF16, Device::cuda(0), {s.out_rows, s.out_cols}), Stream::cpu());
-       }, {"out", "cuda:0"}},
-      {"non-contiguous a", [&](tp::TpOperation& op, const tp::RankShapes& s) {
+                view(DType::kBF16, s.out_rows - 1, s.out_cols), Stream::cpu());
+       },
+       {"out = ", ", 24] cpu: expected shape [", "(this rank's rows, N output features)"}},
+      {"out on cuda",
+       [&](tp::TpOperation& op, const tp::RankShapes& s) {
+         op.run(view(DType::kBF16, s.a_rows, s.a_cols), view(DType::kBF16, s.b_rows, s.b_cols),
+                TensorView(p, DType::kBF16, cpu, {s.bias}),
+                TensorView(p, DType::kBF16, Device::cuda(0), {s.out_rows, s.out_cols}),
+                Stream::cpu());
+       },
+       {"out", "cuda:0"}},
+      {"non-contiguous a",
+       [&](tp::TpOperation& op, const tp::RankShapes& s) {
          op.run(TensorView(p, DType::kBF16, cpu, {s.a_rows, s.a_cols}, {s.a_cols + 1, 1}),
                 view(DType::kBF16, s.b_rows, s.b_cols), TensorView(p, DType::kBF16, cpu, {s.bias}),
                 view(DType::kBF16, s.out_rows, s.out_cols), Stream::cpu());
-       }, {"a", "contiguous"}},
-      {"bias missing", [&](tp::TpOperation& op, const tp::RankShapes& s) {
+       },
+       {"a", "contiguous"}},
+      {"bias missing",
+       [&](tp::TpOperation& op, const tp::RankShapes& s) {
          op.run(view(DType::kBF16, s.a_rows, s.a_cols), view(DType::kBF16, s.b_rows, s.b_cols),
                 TensorView(), view(DType::kBF16, s.out_rows, s.out_cols), Stream::cpu());
-       }, {"bias", "the plan has a bias"}},
-      {"bias length", [&](tp::TpOperation& op, const tp::RankShapes& s) {
+       },
+       {"bias", "the plan has a bias"}},
+      {"bias length",
+       [&](tp::TpOperation& op, const tp::RankShapes& s) {
          op.run(view(DType::kBF16, s.a_rows, s.a_cols), view(DType::kBF16, s.b_rows, s.b_cols),
                 TensorView(p, DType::kBF16, cpu, {s.bias - 1}),
                 view(DType::kBF16, s.out_rows, s.out_cols), Stream::cpu());
-       }, {"bias = ", "expected shape [24]"}},
+       },
+       {"bias = ", "expected shape [24]"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
     std::vector<std::string> messages(kRanks);
-    EXPECT_THROW(run_cpu_ranks(kRanks, kMachines, test_options(), [&](RankContext& ctx) {
-                   tp::TpOperation op(ctx, plan);
-                   const tp::RankShapes s = op.shapes();
-                   try {
-                     c.call(op, s);
-                   } catch (const Error& e) {
-                     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-                     messages[size_t(ctx.rank)] = e.what();
-                     throw;
-                   }
-                 }),
+    EXPECT_THROW(run_cpu_ranks(kRanks, kMachines, test_options(),
+                               [&](RankContext& ctx) {
+                                 tp::TpOperation op(ctx, plan);
+                                 const tp::RankShapes s = op.shapes();
+                                 try {
+                                   c.call(op, s);
+                                 } catch (const Error& e) {
+                                   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+                                   messages[size_t(ctx.rank)] = e.what();
+                                   throw;
+                                 }
+                               }),
                  Error);
     for (int r = 0; r < kRanks; ++r) {
       for (const std::string& part : c.parts) {
@@ -250,13 +266,16 @@ TEST(TpBadInput, RunRefusesOperandsNamingTheArgument) {
 }
 
 TEST(TpBadInput, PlanForOtherWorldIsRefused) {
-  EXPECT_THROW(run_cpu_ranks(2, 1, test_options(), [&](RankContext& ctx) {
-                 expect_error([&] { tp::TpOperation op(ctx, plan_for(TpOp::kAllGatherGemm)); },
-                              ErrorCode::kInvalidArgument,
-                              {"plan.request.world_size = 4", "expected the context's 2 ranks"});
-                 throw Error(ErrorCode::kInvalidArgument, "done");
-               }),
-               Error);
+  EXPECT_THROW(
+      run_cpu_ranks(2, 1, test_options(),
+                    [&](RankContext& ctx) {
+                      expect_error(
+                          [&] { tp::TpOperation op(ctx, plan_for(TpOp::kAllGatherGemm)); },
+                          ErrorCode::kInvalidArgument,
+                          {"plan.request.world_size = 4", "expected the context's 2 ranks"});
+                      throw Error(ErrorCode::kInvalidArgument, "done");
+                    }),
+      Error);
 }
 
 }  // namespace

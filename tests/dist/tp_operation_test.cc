@@ -24,7 +24,7 @@ using tp::TpRequest;
 struct RankOutput {
   std::vector<std::byte> out;
   std::vector<std::byte> repeated;  // a second run of the same operation
-  int signals_left = 0;            // signal slots not back at 0 after the runs
+  int signals_left = 0;             // signal slots not back at 0 after the runs
 };
 
 // Runs `plan` on its ranks (cpu), twice, with fresh outputs poisoned with NaN.
@@ -40,8 +40,8 @@ std::vector<RankOutput> run_plan(const TpPlan& plan, const TpProblem& problem) {
     const Device cpu = Device::cpu();
     TensorView a_view(a.data(), r.dtype, cpu, {s.a_rows, s.a_cols});
     TensorView b_view(b.data(), r.dtype, cpu, {s.b_rows, s.b_cols});
-    TensorView bias_view = r.has_bias ? TensorView(bias.data(), r.out_dtype, cpu, {s.bias})
-                                      : TensorView();
+    TensorView bias_view =
+        r.has_bias ? TensorView(bias.data(), r.out_dtype, cpu, {s.bias}) : TensorView();
     RankOutput& mine = results[size_t(ctx.rank)];
     for (auto* out : {&mine.out, &mine.repeated}) {
       out->resize(size_t(s.out_rows * s.out_cols) * dtype_size(r.out_dtype));
@@ -75,8 +75,8 @@ void expect_matches_reference(const TpPlan& plan, const TpProblem& problem,
         const auto want = problem.expected(rank, i, j, sum_roundings);
         if (!(std::fabs(v - want.value) <= want.bound)) {
           ADD_FAILURE() << describe(plan.request) << " " << tp::describe(plan) << ": rank " << rank
-                        << " out[" << i << ", " << j << "] = " << v << ", expected "
-                        << want.value << " within " << want.bound;
+                        << " out[" << i << ", " << j << "] = " << v << ", expected " << want.value
+                        << " within " << want.bound;
           ++failures;
         }
       }
@@ -128,15 +128,16 @@ TEST(TpOperation, EveryOpVariantAndLayoutMatchesTheReference) {
     for (TpOp op : {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter, TpOp::kGemmAllToAll}) {
       // M: one row, fewer rows than ranks, and a count no tile or rank count divides.
       for (int64_t m : {int64_t(1), int64_t(5), int64_t(37)}) {
-        TpPlan base = make_plan(op, layout.ranks, layout.machines, m, 6 * layout.ranks,
-                                5 * layout.ranks);
+        TpPlan base =
+            make_plan(op, layout.ranks, layout.machines, m, 6 * layout.ranks, 5 * layout.ranks);
         base.comm_rows = 3;
         base.request.has_bias = m != 5;
         base.request.weight_layout = m == 37 ? tp::WeightLayout::kNK : tp::WeightLayout::kKN;
         const TpProblem problem(base.request);
         std::vector<std::vector<std::byte>> fused_out;
         for (const TpPlan& plan : variants(base)) {
-          SCOPED_TRACE(layout_name(layout) + " " + describe(plan.request) + " " + tp::describe(plan));
+          SCOPED_TRACE(layout_name(layout) + " " + describe(plan.request) + " " +
+                       tp::describe(plan));
           const auto results = run_plan(plan, problem);
           expect_matches_reference(plan, problem, results);
           // Every output element is one float32 dot product in k order: all AllGather and
@@ -174,7 +175,11 @@ TEST(TpOperation, DtypesAndLargeRowCounts) {
       plan.request.out_dtype = c.out;
       plan.request.has_bias = true;
       const TpProblem problem(plan.request, 11);
-      for (const TpPlan& variant : {plan, [&] { TpPlan t = plan; t.two_level = op != TpOp::kGemmAllToAll; return t; }()}) {
+      for (const TpPlan& variant : {plan, [&] {
+                                      TpPlan t = plan;
+                                      t.two_level = op != TpOp::kGemmAllToAll;
+                                      return t;
+                                    }()}) {
         SCOPED_TRACE(describe(variant.request) + " " + tp::describe(variant));
         expect_matches_reference(variant, problem, run_plan(variant, problem));
       }

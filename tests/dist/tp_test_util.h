@@ -66,7 +66,8 @@ class TpProblem {
   Expected expected(int rank, int64_t i, int64_t j, int sum_roundings = 1) const {
     const tp::RankShapes s = tp::rank_shapes(r_, rank);
     int64_t row = i, col = j;
-    if (r_.op == tp::TpOp::kGemmReduceScatter) row += tp::row_range(r_.m, r_.world_size, rank).begin;
+    if (r_.op == tp::TpOp::kGemmReduceScatter)
+      row += tp::row_range(r_.m, r_.world_size, rank).begin;
     if (r_.op != tp::TpOp::kGemmReduceScatter) col += rank * s.out_cols;
     double sum = 0, magnitude = 0;
     const bool rs = r_.op == tp::TpOp::kGemmReduceScatter;
@@ -97,7 +98,8 @@ class TpProblem {
   static std::vector<std::byte> pack(int64_t rows, int64_t cols, DType dtype, Fn&& value) {
     std::vector<std::byte> out(size_t(rows * cols) * dtype_size(dtype));
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) store_from_float(out.data(), dtype, i * cols + j, value(i, j));
+      for (int64_t j = 0; j < cols; ++j)
+        store_from_float(out.data(), dtype, i * cols + j, value(i, j));
     }
     return out;
   }

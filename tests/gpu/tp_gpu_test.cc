@@ -19,7 +19,9 @@
 namespace tessera::testing {
 namespace {
 
-int num_gpus_for_test() { return gpus_for_test(4); }
+int num_gpus_for_test() {
+  return gpus_for_test(4);
+}
 
 TEST(TpGpu, UnfusedPairsMatchTheReference) {
   TESSERA_REQUIRE_GPUS(num_gpus_for_test(), 1);
@@ -65,7 +67,8 @@ TEST(TpGpuWorker, UnfusedPairsMatchTheReference) {
   auto ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), options);
   const int p = ctx->size;
   int failures = 0;
-  for (tp::TpOp op : {tp::TpOp::kAllGatherGemm, tp::TpOp::kGemmReduceScatter, tp::TpOp::kGemmAllToAll}) {
+  for (tp::TpOp op :
+       {tp::TpOp::kAllGatherGemm, tp::TpOp::kGemmReduceScatter, tp::TpOp::kGemmAllToAll}) {
     for (int variant = 0; variant < 4; ++variant) {
       tp::TpPlan plan;
       plan.fused = false;

@@ -48,7 +48,8 @@ TEST(TpRequest, RefusesEachFieldByName) {
   expect_invalid(with([](TpRequest& r) { r.m = 0; }), {"m = 0", "expected >= 1"});
   expect_invalid(with([](TpRequest& r) { r.n = -3; }), {"n = -3"});
   expect_invalid(with([](TpRequest& r) { r.k = 0; }), {"k = 0"});
-  expect_invalid(with([](TpRequest& r) { r.dtype = DType::kU8; }), {"dtype = u8", "bf16, f16 or f32"});
+  expect_invalid(with([](TpRequest& r) { r.dtype = DType::kU8; }),
+                 {"dtype = u8", "bf16, f16 or f32"});
   expect_invalid(with([](TpRequest& r) { r.out_dtype = DType::kI64; }), {"out_dtype = i64"});
   expect_invalid(with([](TpRequest& r) { r.world_size = 0; }), {"world_size = 0"});
   expect_invalid(with([](TpRequest& r) { r.num_machines = 3; }),
@@ -64,7 +65,8 @@ TEST(TpRequest, RefusesEachFieldByName) {
                    r.k = int64_t(1) << 20;
                  }),
                  {"2^40 elements"});
-  expect_invalid([] { parse_tp_op("gemm_ag"); }, {"op = 'gemm_ag'", "ag_gemm, gemm_rs or gemm_a2a"});
+  expect_invalid([] { parse_tp_op("gemm_ag"); },
+                 {"op = 'gemm_ag'", "ag_gemm, gemm_rs or gemm_a2a"});
   EXPECT_EQ(parse_tp_op("gemm_rs"), TpOp::kGemmReduceScatter);
 }
 
@@ -139,7 +141,8 @@ TEST(TpPlan, SchedulesCoverEveryOutputOnceInTheDocumentedOrder) {
                 ASSERT_LE(t.col_begin + t.cols, (t.block + 1) * (plan.request.n / ranks));
               }
               for (int64_t i = 0; i < t.rows; ++i) {
-                for (int64_t j = 0; j < t.cols; ++j) ++covered[size_t((t.row_begin + i) * cols + t.col_begin + j)];
+                for (int64_t j = 0; j < t.cols; ++j)
+                  ++covered[size_t((t.row_begin + i) * cols + t.col_begin + j)];
               }
             }
             for (size_t e = 0; e < covered.size(); ++e) ASSERT_EQ(covered[e], 1) << "element " << e;

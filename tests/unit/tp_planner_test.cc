@@ -51,8 +51,8 @@ TEST(TpPlanner, FusesLargeGemmsOnNVLinkAndHidesMostOfTheCommunication) {
 
 TEST(TpPlanner, OneRankRunsTheGemmAlone) {
   const Topology topo = nvlink_topology(1, 1);
-  const TpPlan plan = plan_tp(llama70b(TpOp::kAllGatherGemm, 512, 1), topo,
-                              sp::CostModel::for_topology(topo));
+  const TpPlan plan =
+      plan_tp(llama70b(TpOp::kAllGatherGemm, 512, 1), topo, sp::CostModel::for_topology(topo));
   EXPECT_FALSE(plan.fused);
   EXPECT_NE(plan.reason.find("one rank"), std::string::npos) << plan.reason;
 }

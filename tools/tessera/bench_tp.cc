@@ -75,9 +75,12 @@ class TpBench {
       const int64_t kk = kn ? i : j, nn = kn ? j : i;
       return value(Operand::kW, k0 + kk, n0 + nn, r.dtype);
     });
-    Tensor bias = r.has_bias ? fill(1, s.bias, r.out_dtype, [&](int64_t, int64_t j) {
-      return value(Operand::kBias, 0, (ag ? n0 : 0) + j, r.out_dtype);
-    }) : Tensor();
+    Tensor bias = r.has_bias
+                      ? fill(1, s.bias, r.out_dtype,
+                             [&](int64_t, int64_t j) {
+                               return value(Operand::kBias, 0, (ag ? n0 : 0) + j, r.out_dtype);
+                             })
+                      : Tensor();
     Tensor out = Tensor::empty({s.out_rows, s.out_cols}, r.out_dtype, ctx_.device);
     const TensorView bias_view =
         r.has_bias ? TensorView(bias.data(), r.out_dtype, ctx_.device, {s.bias}) : TensorView();
@@ -112,7 +115,8 @@ class TpBench {
   Tensor fill(int64_t rows, int64_t cols, DType dtype, Fn&& fn) {
     std::vector<std::byte> host(size_t(rows * cols) * dtype_size(dtype));
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) store_from_float(host.data(), dtype, i * cols + j, fn(i, j));
+      for (int64_t j = 0; j < cols; ++j)
+        store_from_float(host.data(), dtype, i * cols + j, fn(i, j));
     }
     Tensor t = Tensor::empty({std::max<int64_t>(rows * cols, 1)}, dtype, ctx_.device);
     copy_bytes(t.data(), host.data(), host.size(), ctx_.stream);
@@ -127,8 +131,9 @@ class TpBench {
     ctx_.stream.synchronize();
     const int p = r.world_size;
     const bool rs = r.op == tp::TpOp::kGemmReduceScatter;
-    const double out_eps = r.out_dtype == DType::kBF16 ? 1.0 / 256
-                           : r.out_dtype == DType::kF16 ? 1.0 / 2048 : 1.2e-7;
+    const double out_eps = r.out_dtype == DType::kBF16  ? 1.0 / 256
+                           : r.out_dtype == DType::kF16 ? 1.0 / 2048
+                                                        : 1.2e-7;
     const int64_t samples = std::min<int64_t>(opt_.integer("check"), s.out_rows * s.out_cols);
     for (int64_t t = 0; t < samples; ++t) {
       const int64_t e = (t * 7919 + ctx_.rank) % (s.out_rows * s.out_cols);
@@ -138,8 +143,8 @@ class TpBench {
       double sum = 0, magnitude = 0, partial = 0, partials = 0;
       const int64_t k_part = rs ? r.k / p : r.k;
       for (int64_t kk = 0; kk < r.k; ++kk) {
-        const double term = double(value(Operand::kA, row, kk, r.dtype)) *
-                            value(Operand::kW, kk, col, r.dtype);
+        const double term =
+            double(value(Operand::kA, row, kk, r.dtype)) * value(Operand::kW, kk, col, r.dtype);
         sum += term;
         partial += term;
         magnitude += std::fabs(term);
@@ -159,22 +164,23 @@ class TpBench {
 };
 
 int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
-  Options opt("bench tp",
-              {{"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
-               {"nranks", "", "ranks (default: every visible GPU on cuda, 4 on cpu)"},
-               {"model", "llama3-70b", "llama3-70b, gpt3-175b or all"},
-               {"layers", "", "comma list of layers (default: all of the model's)"},
-               {"m", "", "comma list of token counts M (default 128,1024,4096 on cuda, 64,257 on cpu)"},
-               {"shrink", "", "divide N and K by this (default 1 on cuda, 64 on cpu)"},
-               {"impls", "fused,unfused", "fused, unfused or both"},
-               {"warmup", "2", "untimed iterations per case"},
-               {"iters", "10", "timed iterations per case (median reported)"},
-               {"check", "64", "sampled output elements verified per rank"},
-               {"emulate-nodes", "1", "group the ranks into N emulated machines"},
-               {"link", "nic400", "emulated link preset: nic400 (50 GB/s, 5 us) or paper"},
-               {"link-gbps", "0", "emulated link bandwidth per GPU in GB/s (overrides --link)"},
-               {"link-latency-us", "-1", "emulated link latency in us (overrides --link)"},
-               {"json", "", "write the records to this JSON file"}});
+  Options opt(
+      "bench tp",
+      {{"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
+       {"nranks", "", "ranks (default: every visible GPU on cuda, 4 on cpu)"},
+       {"model", "llama3-70b", "llama3-70b, gpt3-175b or all"},
+       {"layers", "", "comma list of layers (default: all of the model's)"},
+       {"m", "", "comma list of token counts M (default 128,1024,4096 on cuda, 64,257 on cpu)"},
+       {"shrink", "", "divide N and K by this (default 1 on cuda, 64 on cpu)"},
+       {"impls", "fused,unfused", "fused, unfused or both"},
+       {"warmup", "2", "untimed iterations per case"},
+       {"iters", "10", "timed iterations per case (median reported)"},
+       {"check", "64", "sampled output elements verified per rank"},
+       {"emulate-nodes", "1", "group the ranks into N emulated machines"},
+       {"link", "nic400", "emulated link preset: nic400 (50 GB/s, 5 us) or paper"},
+       {"link-gbps", "0", "emulated link bandwidth per GPU in GB/s (overrides --link)"},
+       {"link-latency-us", "-1", "emulated link latency in us (overrides --link)"},
+       {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
     std::fputs(opt.usage().c_str(), stdout);
@@ -200,16 +206,17 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
     layers = kept;
   }
   std::vector<int64_t> token_counts;
-  for (const std::string& text : opt.list("m").empty() || opt.text("m").empty()
-                                     ? std::vector<std::string>(on_gpu ? std::vector<std::string>{"128", "1024", "4096"}
-                                                                       : std::vector<std::string>{"64", "257"})
-                                     : opt.list("m")) {
+  for (const std::string& text :
+       opt.list("m").empty() || opt.text("m").empty()
+           ? std::vector<std::string>(on_gpu ? std::vector<std::string>{"128", "1024", "4096"}
+                                             : std::vector<std::string>{"64", "257"})
+           : opt.list("m")) {
     const int64_t m = int64_t(parse_bytes(text, "--m"));
     TESSERA_CHECK_ARG(m >= 1, "--m = '", text, "': expected >= 1 token");
     token_counts.push_back(m);
   }
-  const int64_t shrink = opt.text("shrink").empty() ? (on_gpu ? 1 : 64)
-                                                      : opt.integer("shrink", 1, 1 << 20);
+  const int64_t shrink =
+      opt.text("shrink").empty() ? (on_gpu ? 1 : 64) : opt.integer("shrink", 1, 1 << 20);
   const auto impls = opt.list("impls");
   for (const auto& impl : impls) {
     TESSERA_CHECK_ARG(impl == "fused" || impl == "unfused", "--impls: '", impl,
@@ -224,10 +231,11 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
     const sp::CostModel cost = sp::CostModel::for_topology(ctx.topology);
     const std::string topo = topology_label(ctx.topology);
     if (ctx.rank == 0) {
-      std::printf("# tessera bench tp: %d ranks, %s, backend %s%s\n# %-40s %-15s %6s %11s %9s %8s\n",
-                  ctx.size, topo.c_str(), backend_name(ctx.backend),
-                  shrink > 1 ? str(", N and K / ", shrink).c_str() : "", "case", "impl", "M",
-                  "median_us", "TFLOP/s", "#wrong");
+      std::printf(
+          "# tessera bench tp: %d ranks, %s, backend %s%s\n# %-40s %-15s %6s %11s %9s %8s\n",
+          ctx.size, topo.c_str(), backend_name(ctx.backend),
+          shrink > 1 ? str(", N and K / ", shrink).c_str() : "", "case", "impl", "M", "median_us",
+          "TFLOP/s", "#wrong");
     }
     std::vector<BenchRecord> records;
     int64_t total_wrong = 0;
@@ -245,7 +253,8 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
           const bool fused = impl == "fused";
           if (fused && ctx.backend == Backend::kCuda) continue;  // kernels still to come
           tp::TpPlanOptions options;
-          options.fuse = fused ? tp::TpPlanOptions::Fuse::kFused : tp::TpPlanOptions::Fuse::kUnfused;
+          options.fuse =
+              fused ? tp::TpPlanOptions::Fuse::kFused : tp::TpPlanOptions::Fuse::kUnfused;
           options.num_signal_slots = ctx.heap ? ctx.heap->num_signal_slots() : 1024;
           const tp::TpPlan plan = tp::plan_tp(request, ctx.topology, cost, options);
           const Measured result = bench.run(plan);
@@ -258,8 +267,8 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
           BenchRecord rec;
           rec.bench = "tp";
           rec.case_name = name;
-          rec.impl = fused ? "tessera fused" : (ctx.backend == Backend::kCuda ? "cublaslt+nccl"
-                                                                               : "tessera unfused");
+          rec.impl = fused ? "tessera fused"
+                           : (ctx.backend == Backend::kCuda ? "cublaslt+nccl" : "tessera unfused");
           rec.gpu = gpu_name(ctx);
           rec.num_gpus = ctx.backend == Backend::kCuda ? ctx.size : 0;
           rec.topology = topo;
@@ -279,15 +288,17 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
       }
     }
     if (ctx.rank != 0) return;
-    std::printf("# %zu cases, #wrong total %lld\n", records.size(), static_cast<long long>(total_wrong));
+    std::printf("# %zu cases, #wrong total %lld\n", records.size(),
+                static_cast<long long>(total_wrong));
     if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
-    if (total_wrong != 0) throw_error(ErrorCode::kInternal, str("bench tp: ", total_wrong, " wrong elements"));
+    if (total_wrong != 0)
+      throw_error(ErrorCode::kInternal, str("bench tp: ", total_wrong, " wrong elements"));
   });
 }
 
-const CommandRegistration kBenchTp("bench tp",
-                                   "tensor-parallel GEMMs with fused communication, fused vs unfused, verified",
-                                   run_bench_tp);
+const CommandRegistration kBenchTp(
+    "bench tp", "tensor-parallel GEMMs with fused communication, fused vs unfused, verified",
+    run_bench_tp);
 
 }  // namespace
 }  // namespace tessera::cli

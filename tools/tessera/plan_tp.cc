@@ -13,10 +13,12 @@ void print_tp_projection(const std::string& models, const std::vector<int64_t>& 
                          std::vector<BenchRecord>& records) {
   const int machines = topology.num_machines(), ranks = topology.world_size;
   const std::string layout = str(machines, "x", ranks / machines, " simulated");
-  std::printf("\n# tensor parallel, tp %d (%s): GEMM alone, GEMM + NCCL collective, fused; "
-              "overlap = 1 - (fused - GEMM) / (unfused - GEMM)\n", ranks, layout.c_str());
-  std::printf("# %-22s %-8s %6s %10s %11s %10s %8s %8s  %s\n", "model layer", "op", "M",
-              "gemm_us", "unfused_us", "fused_us", "speedup", "overlap", "plan");
+  std::printf(
+      "\n# tensor parallel, tp %d (%s): GEMM alone, GEMM + NCCL collective, fused; "
+      "overlap = 1 - (fused - GEMM) / (unfused - GEMM)\n",
+      ranks, layout.c_str());
+  std::printf("# %-22s %-8s %6s %10s %11s %10s %8s %8s  %s\n", "model layer", "op", "M", "gemm_us",
+              "unfused_us", "fused_us", "speedup", "overlap", "plan");
   for (const tp::TpLayerShape& layer : tp::tp_layer_shapes(models, "--tp")) {
     for (int64_t m : token_counts) {
       tp::TpRequest request;

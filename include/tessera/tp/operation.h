@@ -41,8 +41,8 @@ class TpOperation {
   // a, b, out as rank_shapes() says, contiguous, on this rank's device; a and b of the
   // request's dtype, out of its out_dtype; bias: an empty view without bias, else [bias] of
   // out_dtype. Each mismatch is refused naming the argument.
-  void run(const TensorView& a, const TensorView& b, const TensorView& bias,
-           const TensorView& out, const Stream& stream);
+  void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,
+           const Stream& stream);
 
   struct Impl;
 

@@ -38,9 +38,9 @@ const char* route_name(Route route);
 
 struct TpPlan {
   TpRequest request;
-  bool fused = true;     // false: the unfused pair (GEMM and an NCCL collective)
-  std::string reason;    // the planner's reason for fused or not, for `tessera plan --explain`
-  int tile_m = 128;      // GEMM output tile
+  bool fused = true;   // false: the unfused pair (GEMM and an NCCL collective)
+  std::string reason;  // the planner's reason for fused or not, for `tessera plan --explain`
+  int tile_m = 128;    // GEMM output tile
   int tile_n = 128;
   int64_t comm_rows = 0;  // AllGather: rows per communication tile (0: a whole shard)
   Transfer transfer = Transfer::kPush;
@@ -90,8 +90,8 @@ int64_t chunk_of_row(const TpPlan& plan, int source, int64_t row);  // row: glob
 // Signal slots.
 int chunk_signal(const TpPlan& plan, int source, int64_t chunk);  // AllGather
 int ready_signal(const TpPlan& plan, int source);                 // AllGather, pull
-int count_signal(const TpPlan& plan, int source);   // ReduceScatter/AllToAll tiles from source
-int relay_signal(const TpPlan& plan, int source);   // two-level ReduceScatter: into a relay
+int count_signal(const TpPlan& plan, int source);  // ReduceScatter/AllToAll tiles from source
+int relay_signal(const TpPlan& plan, int source);  // two-level ReduceScatter: into a relay
 int num_signal_slots(const TpPlan& plan);
 
 std::string describe(const TpPlan& plan);  // one line: fused or not, tiles, transfer, route

@@ -34,9 +34,9 @@ const char* weight_layout_name(WeightLayout layout);
 
 struct TpRequest {
   TpOp op = TpOp::kAllGatherGemm;
-  int64_t m = 0;  // global rows
-  int64_t n = 0;  // global output features
-  int64_t k = 0;  // global input features
+  int64_t m = 0;                   // global rows
+  int64_t n = 0;                   // global output features
+  int64_t k = 0;                   // global input features
   DType dtype = DType::kBF16;      // a and b
   DType out_dtype = DType::kBF16;  // out (and bias)
   WeightLayout weight_layout = WeightLayout::kKN;

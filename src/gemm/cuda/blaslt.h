@@ -6,13 +6,13 @@
 
 #include "tessera/core/error.h"
 
-#define TESSERA_CUBLAS_CHECK(expr)                                                        \
-  do {                                                                                    \
-    cublasStatus_t tessera_status_ = (expr);                                              \
-    if (tessera_status_ != CUBLAS_STATUS_SUCCESS)                                         \
-      ::tessera::throw_error(::tessera::ErrorCode::kCuda,                                 \
+#define TESSERA_CUBLAS_CHECK(expr)                                                         \
+  do {                                                                                     \
+    cublasStatus_t tessera_status_ = (expr);                                               \
+    if (tessera_status_ != CUBLAS_STATUS_SUCCESS)                                          \
+      ::tessera::throw_error(::tessera::ErrorCode::kCuda,                                  \
                              ::tessera::str(#expr, " failed at ", __FILE__, ":", __LINE__, \
-                                            ": cuBLAS status ", int(tessera_status_)));   \
+                                            ": cuBLAS status ", int(tessera_status_)));    \
   } while (0)
 
 namespace tessera::gemm {

@@ -12,10 +12,14 @@ namespace {
 
 cudaDataType_t cuda_type(DType dtype) {
   switch (dtype) {
-    case DType::kBF16: return CUDA_R_16BF;
-    case DType::kF16: return CUDA_R_16F;
-    case DType::kF32: return CUDA_R_32F;
-    default: break;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kF32:
+      return CUDA_R_32F;
+    default:
+      break;
   }
   throw_error(ErrorCode::kUnsupported,
               str("cuBLASLt GEMM of dtype ", dtype_name(dtype), ": expected bf16, f16 or f32"));
@@ -74,8 +78,8 @@ BlasLtGemm::~BlasLtGemm() {
 void BlasLtGemm::run(const void* a, const void* b, const void* bias, void* out, void* workspace,
                      cudaStream_t stream) const {
   if (shape_.bias) {
-    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    TESSERA_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
   }
   const float alpha = 1.f, beta = 0.f;
   TESSERA_CUBLAS_CHECK(cublasLtMatmul(blaslt_handle(), op_, &alpha, b, weight_, a, input_, &beta,

@@ -30,7 +30,9 @@ class UnfusedPair final : public CudaUnfusedPair {
     shape.dtype = r_.dtype;
     shape.out_dtype = r_.out_dtype;
     shape.weight_nk = r_.weight_layout == WeightLayout::kNK;
-    auto allocate = [&](size_t bytes) { return Buffer::allocate(std::max<size_t>(bytes, 1), ctx.device); };
+    auto allocate = [&](size_t bytes) {
+      return Buffer::allocate(std::max<size_t>(bytes, 1), ctx.device);
+    };
     switch (r_.op) {
       case TpOp::kAllGatherGemm:
         // The GEMM runs on the gathered, padded rows and (padded) writes rows per source.
@@ -66,8 +68,8 @@ class UnfusedPair final : public CudaUnfusedPair {
     workspace_ = allocate(gemm::BlasLtGemm::kWorkspaceBytes);
   }
 
-  void run(const TensorView& a, const TensorView& b, const TensorView& bias,
-           const TensorView& out, const Stream& stream) override {
+  void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,
+           const Stream& stream) override {
     auto s = static_cast<cudaStream_t>(stream.cuda_stream());
     Communicator& comm = *ctx_.world;
     const void* bias_ptr = bias.empty() ? nullptr : bias.data();
@@ -82,7 +84,8 @@ class UnfusedPair final : public CudaUnfusedPair {
       case TpOp::kAllGatherGemm: {
         const size_t row_bytes = size_t(r_.k) * in_elem_;
         const int64_t cols = r_.n / p_;
-        if (padded_) TESSERA_CUDA_CHECK(cudaMemsetAsync(send_.data(), 0, size_t(share_) * row_bytes, s));
+        if (padded_)
+          TESSERA_CUDA_CHECK(cudaMemsetAsync(send_.data(), 0, size_t(share_) * row_bytes, s));
         TESSERA_CUDA_CHECK(cudaMemcpyAsync(send_.data(), a.data(), size_t(mine_.count) * row_bytes,
                                            cudaMemcpyDeviceToDevice, s));
         comm.all_gather(view(send_, r_.dtype, share_ * r_.k),
@@ -94,10 +97,10 @@ class UnfusedPair final : public CudaUnfusedPair {
           for (int source = 0; source < p_; ++source) {
             const RowRange rows = row_range(r_.m, p_, source);
             if (rows.count == 0) continue;
-            TESSERA_CUDA_CHECK(cudaMemcpyAsync(at_mut(out.data(), size_t(rows.begin) * row_out),
-                                               at(product_.data(), size_t(source * share_) * row_out),
-                                               size_t(rows.count) * row_out,
-                                               cudaMemcpyDeviceToDevice, s));
+            TESSERA_CUDA_CHECK(
+                cudaMemcpyAsync(at_mut(out.data(), size_t(rows.begin) * row_out),
+                                at(product_.data(), size_t(source * share_) * row_out),
+                                size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice, s));
           }
         }
         break;
@@ -110,10 +113,10 @@ class UnfusedPair final : public CudaUnfusedPair {
           TESSERA_CUDA_CHECK(cudaMemsetAsync(send_.data(), 0, size_t(p_ * share_) * row_out, s));
           for (int owner = 0; owner < p_; ++owner) {
             const RowRange rows = row_range(r_.m, p_, owner);
-            TESSERA_CUDA_CHECK(cudaMemcpyAsync(at_mut(send_.data(), size_t(owner * share_) * row_out),
-                                               at(product_.data(), size_t(rows.begin) * row_out),
-                                               size_t(rows.count) * row_out,
-                                               cudaMemcpyDeviceToDevice, s));
+            TESSERA_CUDA_CHECK(
+                cudaMemcpyAsync(at_mut(send_.data(), size_t(owner * share_) * row_out),
+                                at(product_.data(), size_t(rows.begin) * row_out),
+                                size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice, s));
           }
         }
         comm.reduce_scatter(view(send, r_.out_dtype, p_ * share_ * r_.n),
@@ -126,13 +129,14 @@ class UnfusedPair final : public CudaUnfusedPair {
         const int64_t cols = r_.n / p_;
         const size_t block_row = size_t(cols) * out_elem_, full_row = size_t(r_.n) * out_elem_;
         if (gemm_) gemm_->run(a.data(), b.data(), bias_ptr, product_.data(), workspace_.data(), s);
-        if (padded_) TESSERA_CUDA_CHECK(cudaMemsetAsync(send_.data(), 0, size_t(share_) * full_row, s));
+        if (padded_)
+          TESSERA_CUDA_CHECK(cudaMemsetAsync(send_.data(), 0, size_t(share_) * full_row, s));
         // Column block j of this rank's rows becomes block j of the send buffer.
         for (int owner = 0; owner < p_ && mine_.count > 0; ++owner) {
-          TESSERA_CUDA_CHECK(cudaMemcpy2DAsync(
-              at_mut(send_.data(), size_t(owner * share_) * block_row), block_row,
-              at(product_.data(), size_t(owner) * block_row), full_row, block_row,
-              size_t(mine_.count), cudaMemcpyDeviceToDevice, s));
+          TESSERA_CUDA_CHECK(
+              cudaMemcpy2DAsync(at_mut(send_.data(), size_t(owner * share_) * block_row), block_row,
+                                at(product_.data(), size_t(owner) * block_row), full_row, block_row,
+                                size_t(mine_.count), cudaMemcpyDeviceToDevice, s));
         }
         comm.all_to_all(view(send_, r_.out_dtype, share_ * r_.n),
                         view(recv_, r_.out_dtype, share_ * r_.n), stream);
