@@ -216,7 +216,7 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
       for (int l = 0; l < g; ++l) slots.push_back(owner_machine * g + l);
       sum_slots(relay_partials, slots, rows, acc);
       tile_bytes.resize(size_t(rows * n) * out_elem);
-      detail::store_tile(acc.data(), rows, n, nullptr, 0, r.out_dtype, tile_bytes.data(), n);
+      gemm::detail::store_tile(acc.data(), rows, n, nullptr, 0, r.out_dtype, tile_bytes.data(), n);
       heap.put(partials, size_t(rank) * size_t(block_elems) * out_elem, tile_bytes.data(),
                size_t(rows * n) * out_elem, owner, s);
       heap.signal(owner, slot(count_signal(plan, rank)), SignalOp::kAdd,
@@ -239,7 +239,7 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
   }
   if (mine.count > 0) {
     sum_slots(partials, sources, mine.count, acc);
-    detail::store_tile(acc.data(), mine.count, n, args.bias.empty() ? nullptr : args.bias.data(), 0,
+    gemm::detail::store_tile(acc.data(), mine.count, n, args.bias.empty() ? nullptr : args.bias.data(), 0,
                        r.out_dtype, args.out.data(), n);
   }
 

@@ -84,20 +84,20 @@ int64_t TpOperation::Impl::max_share() const {
   return (plan.request.m + world - 1) / world;
 }
 
-detail::WeightOperand TpOperation::Impl::weight(const TensorView& b) const {
+gemm::detail::WeightOperand TpOperation::Impl::weight(const TensorView& b) const {
   const TpRequest& r = plan.request;
   const int64_t k = r.op == TpOp::kGemmReduceScatter ? r.k / world : r.k;
   const int64_t n = r.op == TpOp::kAllGatherGemm ? r.n / world : r.n;
-  return {b.data(), r.dtype, r.weight_layout, k, n};
+  return {b.data(), r.dtype, r.weight_layout == WeightLayout::kNK, k, n};
 }
 
 void TpOperation::Impl::compute_tile(const void* a_rows, int64_t lda, const TileTask& tile,
                                      const TensorView& b, const void* bias, void* dst,
                                      int64_t ldd) {
   acc.resize(size_t(tile.rows * tile.cols));
-  detail::gemm_tile(a_rows, lda, plan.request.dtype, tile.rows, weight(b), tile.col_begin,
+  gemm::detail::gemm_tile(a_rows, lda, plan.request.dtype, tile.rows, weight(b), tile.col_begin,
                     tile.cols, gemm_scratch, acc.data());
-  detail::store_tile(acc.data(), tile.rows, tile.cols, bias, tile.col_begin, plan.request.out_dtype,
+  gemm::detail::store_tile(acc.data(), tile.rows, tile.cols, bias, tile.col_begin, plan.request.out_dtype,
                      dst, ldd);
 }
 

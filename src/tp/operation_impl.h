@@ -7,7 +7,7 @@
 #include "tessera/comm/signal_slots.h"
 #include "tessera/core/buffer.h"
 #include "tessera/tp/operation.h"
-#include "tile_gemm.h"
+#include "gemm/reference_gemm.h"
 #include "tp_backend.h"
 
 namespace tessera::tp {
@@ -47,7 +47,7 @@ struct TpOperation::Impl {
     return signals.base() + plan_slot;
   }                           // heap slot id
   int64_t max_share() const;  // ceil(M / P): the padded share of the collectives
-  detail::WeightOperand weight(const TensorView& b) const;
+  gemm::detail::WeightOperand weight(const TensorView& b) const;
   // out = a_rows . b (+ bias) for one tile, into dst (row pitch ldd) in out_dtype.
   void compute_tile(const void* a_rows, int64_t lda, const TileTask& tile, const TensorView& b,
                     const void* bias, void* dst, int64_t ldd);

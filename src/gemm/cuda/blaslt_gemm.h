@@ -1,4 +1,4 @@
-// BlasLtGemm: out[M, N] = a[M, K] . b (+ bias[N]) through cuBLASLt, row-major, b stored as
+// BlasLtGemm: out[M, N] = a[M, K] . b (+ bias[N]) through cuBLASLt (GemmShape: gemm.h), row-major, b stored as
 // [K, N] or [N, K] (a Linear's weight), bf16/f16/f32 in, f32 accumulation, bf16/f16/f32 out.
 // Planned once for the shape (descriptors and the heuristic's algorithm), so run() only
 // launches and can be captured in a CUDA graph. The unfused baseline and fallback of the
@@ -10,17 +10,9 @@
 
 #include <cstdint>
 
-#include "tessera/core/dtype.h"
+#include "tessera/gemm/gemm.h"
 
 namespace tessera::gemm {
-
-struct GemmShape {
-  int64_t m = 0, n = 0, k = 0;
-  DType dtype = DType::kBF16;      // a and b
-  DType out_dtype = DType::kBF16;  // out and bias
-  bool weight_nk = false;          // b is [N, K] (else [K, N])
-  bool bias = false;
-};
 
 class BlasLtGemm {
  public:

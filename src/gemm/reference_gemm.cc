@@ -1,6 +1,6 @@
-#include "tile_gemm.h"
+#include "gemm/reference_gemm.h"
 
-namespace tessera::tp::detail {
+namespace tessera::gemm::detail {
 
 void gemm_tile(const void* a, int64_t lda, DType a_dtype, int64_t rows, const WeightOperand& b,
                int64_t col0, int64_t cols, std::vector<float>& scratch, float* acc) {
@@ -13,7 +13,7 @@ void gemm_tile(const void* a, int64_t lda, DType a_dtype, int64_t rows, const We
   for (int64_t j = 0; j < cols; ++j) {
     for (int64_t kk = 0; kk < k; ++kk) {
       const int64_t index =
-          b.layout == WeightLayout::kKN ? kk * b.n + col0 + j : (col0 + j) * k + kk;
+          !b.weight_nk ? kk * b.n + col0 + j : (col0 + j) * k + kk;
       bt[j * k + kk] = load_as_float(b.data, b.dtype, index);
     }
   }
@@ -42,4 +42,4 @@ void store_tile(const float* acc, int64_t rows, int64_t cols, const void* bias, 
   }
 }
 
-}  // namespace tessera::tp::detail
+}  // namespace tessera::gemm::detail

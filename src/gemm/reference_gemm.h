@@ -1,22 +1,22 @@
-// The cpu backend's GEMM: one output tile at a time, in float32, k ascending (so a tile's
-// result does not depend on the tile shape or on which rank computes it).
+// The cpu backend's GEMM (Gemm on cpu, the tensor-parallel operations' tiles): one output tile
+// at a time, in float32, k ascending (so a tile's result does not depend on the tile shape or
+// on which rank computes it).
 //   acc[i, j] = sum_k a[i, k] * b[k, col0 + j]        i < rows, j < cols
 // `a` points at the tile's first row (row pitch lda elements); b is the logical [K, N] operand
-// stored as [K, N] (kKN) or [N, K] (kNK).
+// stored as [K, N] or, weight_nk, as [N, K].
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "tessera/core/dtype.h"
-#include "tessera/tp/request.h"
 
-namespace tessera::tp::detail {
+namespace tessera::gemm::detail {
 
 struct WeightOperand {
   const void* data = nullptr;
   DType dtype = DType::kBF16;
-  WeightLayout layout = WeightLayout::kKN;
+  bool weight_nk = false;
   int64_t k = 0, n = 0;  // logical shape [k, n]
 };
 
@@ -28,4 +28,4 @@ void gemm_tile(const void* a, int64_t lda, DType a_dtype, int64_t rows, const We
 void store_tile(const float* acc, int64_t rows, int64_t cols, const void* bias, int64_t col0,
                 DType dtype, void* dst, int64_t ldd);
 
-}  // namespace tessera::tp::detail
+}  // namespace tessera::gemm::detail
