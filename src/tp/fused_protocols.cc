@@ -56,7 +56,8 @@ void TpOperation::Impl::run_fused_all_gather(const RunArgs& args) {
   heap.barrier(s);
   if (plan.transfer == Transfer::kPull) {
     // Own rows into the gather buffer, then tell every peer they are there.
-    std::memcpy(gathered_share(rank), a_rows, size_t(mine.count) * row_bytes);
+    // A rank with no rows (M < P) passes an empty a: nothing to copy.
+    if (mine.count > 0) std::memcpy(gathered_share(rank), a_rows, size_t(mine.count) * row_bytes);
     for (int i = 1; i < world; ++i) {
       heap.signal(wrap(rank + i, world), slot(ready_signal(plan, rank)), SignalOp::kSet, 1, s);
     }
@@ -239,8 +240,9 @@ void TpOperation::Impl::run_fused_reduce_scatter(const RunArgs& args) {
   }
   if (mine.count > 0) {
     sum_slots(partials, sources, mine.count, acc);
-    gemm::detail::store_tile(acc.data(), mine.count, n, args.bias.empty() ? nullptr : args.bias.data(), 0,
-                       r.out_dtype, args.out.data(), n);
+    gemm::detail::store_tile(acc.data(), mine.count, n,
+                             args.bias.empty() ? nullptr : args.bias.data(), 0, r.out_dtype,
+                             args.out.data(), n);
   }
 
   for (int source : sources)

@@ -51,7 +51,7 @@ void TpOperation::Impl::run_unfused(const RunArgs& args) {
     case TpOp::kAllGatherGemm: {
       const size_t row_bytes = size_t(r.k) * in_elem;
       std::memset(send.data(), 0, size_t(share) * row_bytes);
-      std::memcpy(send.data(), args.a.data(), size_t(mine.count) * row_bytes);
+      if (mine.count > 0) std::memcpy(send.data(), args.a.data(), size_t(mine.count) * row_bytes);
       comm.all_gather(view(send, r.dtype, share * r.k), view(recv, r.dtype, p * share * r.k), s);
       const int64_t cols = r.n / p;
       for (int source = 0; source < p; ++source) {
