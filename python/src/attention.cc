@@ -75,8 +75,10 @@ nb::object attention(const InArray& q_arr, const InArray& k_arr, const InArray& 
     result = nb::cast(a);
   } else {
     OutArray a;
-    TESSERA_CHECK_ARG(nb::try_cast(out, a), "out: a ", nb::type_name(out.type()).c_str(),
-                      ": expected a writable array (NumPy, or any DLPack producer)");
+    TESSERA_CHECK_ARG(nb::try_cast(out, a, /*convert=*/false), "out: a ",
+                      Py_TYPE(out.ptr())->tp_name,
+                      " object (read-only, or no array): expected a writable array (NumPy or any "
+                      "DLPack producer)");
     o = checked_view(a, kOut);
     check_same_device(o, "out", q, "q");
     check_shape(o, "out", o_shape, str("q's shape ", shape_string(q)));

@@ -180,8 +180,10 @@ class SpAttentionLayer {
       return nb::cast(a);
     }
     OutArray a;
-    TESSERA_CHECK_ARG(nb::try_cast(out, a), name, ": a ", nb::type_name(out.type()).c_str(),
-                      ": expected a writable array (NumPy, or any DLPack producer)");
+    TESSERA_CHECK_ARG(nb::try_cast(out, a, /*convert=*/false), name, ": a ",
+                      Py_TYPE(out.ptr())->tp_name,
+                      " object (read-only, or no array): expected a writable array (NumPy or any "
+                      "DLPack producer)");
     view = checked_view(a, {name, "[B, rows, H, D]", 4, true});
     std::string expected = "[";
     for (size_t i = 0; i < shape.size(); ++i) expected += str(i ? ", " : "", shape[i]);
