@@ -61,4 +61,5 @@ def run_cpu_ranks(
     if errors:
         error = _rank_error(errors, world_size)
         raise error from errors[error.rank]
-    return [o[1] for o in outcomes]
+    # No rank failed, so every rank ran fn and returned (True, value, "", "").
+    return [o[1] for o in outcomes if o is not None]
