@@ -13,7 +13,8 @@ def print_info() -> None:
     print(f"backends: {', '.join(info['backends'])}; cuda available: {info['cuda_available']}")
     print("build:")
     for key, value in info["build"].items():
-        print(f"  {key}: {value}")
+        if value:  # cuda, NCCL, NVSHMEM and CUTLASS versions are empty in a cpu-only build
+            print(f"  {key}: {value}")
     print(f"gpus: {len(info['gpus'])}")
     for gpu in info["gpus"]:
         print(f"  {gpu['index']}: {gpu['name']} ({gpu['memory_gib']:.0f} GiB, {gpu['sm_count']} SMs)")
