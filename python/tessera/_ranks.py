@@ -39,7 +39,8 @@ def run_cpu_ranks(
     ``ctx`` (a :class:`tessera.RankContext`) gives ``rank`` and ``size`` and is what
     :class:`tessera.sp.Attention` plans on; it and every layer planned on it are valid only
     until ``fn`` returns. The ranks are split evenly into ``machines`` emulated machines (their
-    links paced like a 400 Gb/s NIC). Returns every rank's return value, by rank.
+    links paced like a 400 Gb/s NIC). ``heap_bytes`` sizes each rank's symmetric heap (what
+    one-sided plans allocate from). Returns every rank's return value, by rank.
 
     The GIL is released while ranks wait on each other, so their C++ work overlaps. If ``fn``
     raises on any rank, the other ranks' waits on it stop (PeerFailureError instead of a
