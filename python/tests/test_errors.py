@@ -208,3 +208,12 @@ def test_bad_plan_options_name_the_option(option, match):
         tessera.run_cpu_ranks(2, rank)
     assert isinstance(info.value.__cause__, tessera.InvalidArgumentError)
     assert "rank 0 of 2 raised InvalidArgumentError" in str(info.value)
+
+
+@pytest.mark.skipif("cuda" in tessera.info()["backends"], reason="a cuda build takes the stream")
+def test_cuda_arrays_on_a_cpu_only_build_are_unsupported():
+    # Every check passes (one device, shapes, an output): the stream handle is where a build
+    # without the cuda backend stops.
+    q, k, v, out = (_testing.foreign_device_array(list(Q_SHAPE), "cuda") for _ in range(4))
+    with pytest.raises(tessera.UnsupportedError, match="wrap_cuda: this build of Tessera has no cuda backend"):
+        tessera.attention(q, k, v, out=out, stream=123)
