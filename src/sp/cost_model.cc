@@ -79,6 +79,13 @@ double CostModel::state_pass_us(int64_t bytes) const {
   return launch_us + double(bytes) / (hbm_gbps * 1e3);
 }
 
+double CostModel::gemm_us(int64_t m, int64_t n, int64_t k, int elem_bytes) const {
+  const double md = double(m), flops = 2.0 * md * double(n) * double(k);
+  const double rate = gemm_tflops * md / (md + gemm_m_half);  // TFLOP/s = 1e6 flop per us
+  const double bytes = (md * double(k) + double(k) * double(n) + md * double(n)) * elem_bytes;
+  return launch_us + std::max(flops / (std::max(rate, 1e-9) * 1e6), bytes / (hbm_gbps * 1e3));
+}
+
 CostModel CostModel::for_topology(const Topology& topology) {
   CostModel m;
   m.network = {topology.cross_link.bandwidth_gbps, topology.cross_link.latency_us};
@@ -114,6 +121,9 @@ void CostModel::set(std::string_view key, double value) {
       {"two_sided_compute_slowdown", &two_sided_compute_slowdown},
       {"one_sided_compute_slowdown", &one_sided_compute_slowdown},
       {"barrier_hops", &barrier_hops},
+      {"gemm_tflops", &gemm_tflops},
+      {"gemm_m_half", &gemm_m_half},
+      {"gemm_fused_slowdown", &gemm_fused_slowdown},
   };
   for (const Term& t : terms) {
     if (key != t.name) continue;
@@ -178,6 +188,10 @@ void CostModel::validate() const {
                     "cost model attention peak = ", attn_tflops_d64, "/", attn_tflops_d128,
                     " TFLOP/s: expected > 0");
   TESSERA_CHECK_ARG(hbm_gbps > 0, "cost model hbm_gbps = ", hbm_gbps, ": expected > 0");
+  TESSERA_CHECK_ARG(gemm_tflops > 0 && gemm_m_half >= 0 && gemm_fused_slowdown >= 0,
+                    "cost model gemm_tflops = ", gemm_tflops, ", gemm_m_half = ", gemm_m_half,
+                    ", gemm_fused_slowdown = ", gemm_fused_slowdown,
+                    ": expected a peak > 0 and the others >= 0");
   TESSERA_CHECK_ARG(attn_kv_half_rows >= 0 && launch_us >= 0 && two_sided_step_us >= 0 &&
                         one_sided_step_us >= 0 && two_sided_compute_slowdown >= 0 &&
                         one_sided_compute_slowdown >= 0 && barrier_hops >= 0 && num_sms >= 1 &&

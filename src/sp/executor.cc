@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <array>
 #include <map>
-#include <mutex>
 #include <set>
 
+#include "tessera/comm/agreement.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
 #include "tessera/runtime/memory.h"
@@ -25,16 +25,6 @@ size_t align_up(size_t n) {
 bool is_input(SlotBinding b) {
   return b == SlotBinding::kInputQ || b == SlotBinding::kInputKV || b == SlotBinding::kJointQ ||
          b == SlotBinding::kJointKV;
-}
-
-// FNV-1a over the plan's JSON: every rank must hold the same plan.
-uint64_t fingerprint(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 // The region of a plane's geometry: rows x heads ([B, rows, heads, inner]) or heads x rows
@@ -83,35 +73,6 @@ int pitched_groups(const Geometry& g) {
   return n;
 }
 
-// Signal slots of each heap handed to executors: live ranges [begin, end). Every rank creates
-// its executors in the same order, so first fit gives every rank the same slots.
-std::mutex g_signal_mutex;
-std::map<const SymmetricHeap*, std::map<int, int>> g_signal_ranges;
-
-int reserve_signal_slots(const SymmetricHeap& heap, int count) {
-  std::lock_guard<std::mutex> lock(g_signal_mutex);
-  std::map<int, int>& ranges = g_signal_ranges[&heap];
-  int begin = 0;
-  for (const auto& [b, e] : ranges) {
-    if (b - begin >= count) break;
-    begin = std::max(begin, e);
-  }
-  TESSERA_CHECK(begin + count <= heap.num_signal_slots(), ErrorCode::kUnsupported,
-                "sequence-parallel attention needs ", count,
-                " signal slots of the symmetric heap, but only ", heap.num_signal_slots() - begin,
-                " of ", heap.num_signal_slots(), " are free: destroy unused SpAttention objects");
-  ranges[begin] = begin + count;
-  return begin;
-}
-
-void release_signal_slots(const SymmetricHeap& heap, int begin) {
-  std::lock_guard<std::mutex> lock(g_signal_mutex);
-  auto it = g_signal_ranges.find(&heap);
-  if (it == g_signal_ranges.end()) return;
-  it->second.erase(begin);
-  if (it->second.empty()) g_signal_ranges.erase(it);
-}
-
 }  // namespace
 
 // ---- creation --------------------------------------------------------------------------------
@@ -148,10 +109,6 @@ PlanExecutor::PlanExecutor(RankContext& ctx, Plan plan, float softmax_scale)
 
 PlanExecutor::~PlanExecutor() = default;
 
-PlanExecutor::SignalReservation::~SignalReservation() {
-  if (heap != nullptr) release_signal_slots(*heap, base);
-}
-
 Device PlanExecutor::device() const {
   return cuda_ ? ctx_.device : Device::cpu();
 }
@@ -181,9 +138,8 @@ void PlanExecutor::reserve_signals() {
                       ") uses ", num_signal_slots_,
                       " signals but the context has no symmetric heap: expected "
                       "ContextOptions::create_heap = true");
-    signal_base_ = reserve_signal_slots(*ctx_.heap, num_signal_slots_);
-    signal_reservation_.heap = ctx_.heap.get();
-    signal_reservation_.base = signal_base_;
+    signal_slots_ = SignalSlots(*ctx_.heap, num_signal_slots_, "sequence-parallel attention");
+    signal_base_ = signal_slots_.base();
   }
   // Who raises each of this rank's signals (for wait messages).
   std::map<int, std::set<int>> raisers;
@@ -228,17 +184,7 @@ void PlanExecutor::check_same_plan_everywhere() {
   Plan bare = plan_;
   bare.notes.clear();
   const uint64_t mine[2] = {fingerprint(to_json(bare)), uint64_t(int64_t(signal_base_))};
-  Buffer scratch = Buffer::allocate(sizeof(uint64_t) * 2 * size_t(P + 1), ctx_.device);
-  auto* send = static_cast<uint64_t*>(scratch.data());
-  uint64_t* recv = send + 2;
-  const Stream& s = ctx_.stream;
-  copy_bytes(send, mine, sizeof(mine), s);
-  ctx_.world->all_gather(TensorView(send, DType::kU64, ctx_.device, {2}),
-                         TensorView(recv, DType::kU64, ctx_.device, {2 * int64_t(P)}), s);
-  ctx_.world->synchronize(s);
-  std::vector<uint64_t> all(size_t(2 * P));
-  copy_bytes(all.data(), recv, all.size() * sizeof(uint64_t), s);
-  s.synchronize();
+  const std::vector<uint64_t> all = all_gather_words(ctx_, mine);
   for (int r = 0; r < P; ++r) {
     TESSERA_CHECK(all[2 * r] == mine[0], ErrorCode::kInvalidArgument, "rank ", rank_, ": rank ", r,
                   " planned a different ", plan_.method, " plan (fingerprint ", all[2 * r], " vs ",

@@ -65,6 +65,7 @@
 #include "executor_schedule.h"
 #include "tessera/attn/attention.h"
 #include "tessera/comm/context.h"
+#include "tessera/comm/signal_slots.h"
 #include "tessera/core/buffer.h"
 #include "tessera/sp/attention_layer.h"
 #include "tessera/sp/plan.h"
@@ -199,16 +200,7 @@ class PlanExecutor {
   std::vector<size_t> staging_offset_;  // per plan stream, into private_buffer_
   size_t staging_bytes_ = 0;
 
-  // Signal slots held from the heap (released also when the constructor throws).
-  struct SignalReservation {
-    const SymmetricHeap* heap = nullptr;
-    int base = -1;
-    SignalReservation() = default;
-    SignalReservation(const SignalReservation&) = delete;
-    SignalReservation& operator=(const SignalReservation&) = delete;
-    ~SignalReservation();
-  };
-  SignalReservation signal_reservation_;
+  SignalSlots signal_slots_;  // released also when the constructor throws
   int signal_base_ = -1;
   int num_signal_slots_ = 0;
 

@@ -3,6 +3,7 @@
 // validates each plan and times it with the sim executor on the cost model. The times are the
 // model's, not measurements; `tessera bench sp` measures. `--dump METHOD` writes that
 // method's plan as JSON, `--explain` prints what `auto` compared and why it chose.
+// `--tp MODEL` projects the model's tensor-parallel layers instead (plan_tp.h).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "bench_record.h"
 #include "command.h"
 #include "options.h"
+#include "plan_tp.h"
 #include "rank_launch.h"
 #include "sp_methods.h"
 #include "tessera/core/error.h"
@@ -38,6 +40,8 @@ int run_plan(const std::vector<std::string>& args, int, char**) {
                {"cost", "", "cost model overrides (key=value,...)"},
                {"explain", "", "print what auto compared and why it chose", true},
                {"dump", "", "write this method's plan as JSON to plan-<method>.json"},
+               {"tp", "", "tensor-parallel projections instead: llama3-70b, gpt3-175b or all"},
+               {"tp-m", "128,1024,4096,16384", "comma list of token counts M for --tp"},
                {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
@@ -69,6 +73,18 @@ int run_plan(const std::vector<std::string>& args, int, char**) {
               "link %.2f GB/s %.1f us across machines\n",
               machines, per_machine, link_options.emulated_link.bandwidth_gbps,
               link_options.emulated_link.latency_us);
+  if (!opt.text("tp").empty()) {
+    std::vector<int64_t> token_counts;
+    for (const std::string& text : opt.list("tp-m")) {
+      const int64_t m = int64_t(parse_bytes(text, "--tp-m"));  // "16K" = 16384 tokens
+      TESSERA_CHECK_ARG(m >= 1, "--tp-m = '", text, "': expected >= 1 token");
+      token_counts.push_back(m);
+    }
+    print_tp_projection(opt.text("tp"), token_counts, topology, model, opt.flag("explain"),
+                        records);
+    if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
+    return 0;
+  }
   for (const std::string& seq_text : opt.list("seq")) {
     sp::PlanRequest req;
     req.batch = batch;

@@ -15,6 +15,11 @@
 //                            two_sided_compute_slowdown (NCCL kernels hold SMs)
 //   one-sided step         + one_sided_step_us
 //   barrier                = barrier_hops * latency of the slowest link in the group
+//   gemm(m, n, k)          = launch + max(2mnk / (gemm_tflops * m / (m + gemm_m_half)),
+//                                         (mk + kn + mn) * bytes / hbm)
+//       small m runs below peak (few tiles, the weight read dominates); tensor-parallel
+//       operations (tp/) time their GEMMs with it, fused ones gemm_fused_slowdown slower
+//       (signal waits in the prologue, stores to peers in the epilogue)
 #pragma once
 
 #include <cstdint>
@@ -66,6 +71,11 @@ struct CostModel {
   // measured 15-19% slower while a pull runs (1x4 H200 timelines, docs/PERF.md).
   double one_sided_compute_slowdown = 0.17;
   double barrier_hops = 2.0;
+  // bf16 dense GEMM (cuBLAS on H200: 787 TFLOP/s at 8192^3; 259-483 at M 128 and 615-813 at M
+  // 1024-16384 on Llama-3-70B TP4 shapes, DESIGN.md section 6).
+  double gemm_tflops = 790.0;
+  double gemm_m_half = 160.0;
+  double gemm_fused_slowdown = 0.03;
 
   const LinkCost& link(LinkClass link) const;
   LinkCost& link(LinkClass link);
@@ -85,6 +95,8 @@ struct CostModel {
   double attention_launch_us(const AttentionShape& shape,
                              std::span<const AttentionJobCost> jobs) const;
   double state_pass_us(int64_t bytes) const;
+  // One GEMM [m, k] x [k, n] with `elem_bytes`-byte operands.
+  double gemm_us(int64_t m, int64_t n, int64_t k, int elem_bytes) const;
 
   // H200 defaults with the topology's cross-machine link for network classes.
   static CostModel for_topology(const Topology& topology);
@@ -93,7 +105,7 @@ struct CostModel {
   // emulated_two_sided_us, attn_tflops_d64,
   // attn_tflops_d128, attn_kv_half_rows, num_sms, q_tile_rows, launch_us, hbm_gbps,
   // two_sided_step_us, one_sided_step_us, two_sided_compute_slowdown,
-  // one_sided_compute_slowdown, barrier_hops.
+  // one_sided_compute_slowdown, barrier_hops, gemm_tflops, gemm_m_half, gemm_fused_slowdown.
   // Throws kInvalidArgument naming an unknown key.
   void set(std::string_view key, double value);
   // Applies "key=value,key=value" (empty: nothing); throws naming the bad entry.

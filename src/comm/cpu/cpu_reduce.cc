@@ -88,6 +88,7 @@ bool is_reducible(DType dtype) {
     case DType::kU64:
       return true;
     case DType::kU8:
+    case DType::kFP8E4M3:
       return false;
   }
   return false;
@@ -110,6 +111,7 @@ void reduce_into(void* out, const std::vector<const void*>& inputs, int64_t coun
     case DType::kU64:
       return reduce_int(static_cast<uint64_t*>(out), inputs, count, op);
     case DType::kU8:
+    case DType::kFP8E4M3:
       break;
   }
   throw_error(ErrorCode::kUnsupported, str("reduction of dtype ", dtype_name(dtype),

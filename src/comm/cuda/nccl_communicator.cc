@@ -63,6 +63,8 @@ ncclDataType_t nccl_dtype(DType dtype) {
       return ncclInt64;
     case DType::kU64:
       return ncclUint64;
+    case DType::kFP8E4M3:
+      break;  // ncclFloat8e4m3 depends on the NCCL build; fp8 travels as u8 views instead
   }
   throw_error(ErrorCode::kUnsupported, str("dtype ", int(dtype), " has no NCCL equivalent"));
 }

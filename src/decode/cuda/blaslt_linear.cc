@@ -2,27 +2,10 @@
 // W_c^T x_c, with W_c the column-major [K, N] view of W and x_c the [K, B] view of x.
 #include "decode/cuda/blaslt_linear.h"
 
+#include "gemm/cuda/blaslt.h"
 #include "tessera/core/error.h"
 
-#define TESSERA_CUBLAS_CHECK(expr)                                                        \
-  do {                                                                                    \
-    cublasStatus_t tessera_status_ = (expr);                                              \
-    if (tessera_status_ != CUBLAS_STATUS_SUCCESS)                                         \
-      ::tessera::throw_error(::tessera::ErrorCode::kCuda,                                 \
-                             ::tessera::str(#expr, " failed at ", __FILE__, ":", __LINE__, \
-                                            ": cuBLAS status ", int(tessera_status_)));   \
-  } while (0)
-
 namespace tessera::decode::detail {
-
-cublasLtHandle_t blaslt_handle() {
-  static cublasLtHandle_t handle = [] {
-    cublasLtHandle_t h = nullptr;
-    TESSERA_CUBLAS_CHECK(cublasLtCreate(&h));
-    return h;
-  }();
-  return handle;
-}
 
 BlasLtLinear::BlasLtLinear(cublasLtHandle_t handle, DType dtype, int64_t n, int64_t k,
                            int64_t max_batch)

@@ -38,8 +38,4 @@ class BlasLtLinear {
   std::vector<PerBatch> per_batch_;  // index batch - 1
 };
 
-// The one cuBLASLt handle of the process (created on first use, never destroyed: handles
-// outliving static destruction order is what cuBLAS asks for).
-cublasLtHandle_t blaslt_handle();
-
 }  // namespace tessera::decode::detail

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "decode/cuda/blaslt_linear.h"
+#include "gemm/cuda/blaslt.h"
 #include "decode/decode_backend.h"
 #include "decode/unfused_launch.h"
 #include "tessera/runtime/cuda_check.h"
@@ -53,7 +54,7 @@ std::shared_ptr<UnfusedPlan> cuda_plan_unfused(const AttentionBlockOptions& o) {
   plan->o = take(cursor, b * q_rows * e);
   plan->blas = take(cursor, BlasLtLinear::kWorkspaceBytes);
   plan->total = cursor;
-  cublasLtHandle_t h = blaslt_handle();
+  cublasLtHandle_t h = gemm::blaslt_handle();
   plan->q_proj = std::make_unique<BlasLtLinear>(h, o.dtype, q_rows, m.hidden, o.max_batch);
   plan->k_proj = std::make_unique<BlasLtLinear>(h, o.dtype, kv_rows, m.hidden, o.max_batch);
   plan->v_proj = std::make_unique<BlasLtLinear>(h, o.dtype, kv_rows, m.hidden, o.max_batch);

@@ -1,0 +1,45 @@
+// Variable-length attention (FlashAttention's varlen API): B sequences of different lengths
+// packed along one token axis, described by cumulative lengths. The float32 reference here is
+// what the model runtime's prefill and a future varlen kernel are checked against (cpu only).
+//
+// Layouts (unit stride in D, any other strides):
+//   q [total_q, Hq, D]   k, v [total_k, Hkv, D]   Hq % Hkv == 0
+//   cu_seqlens_q, cu_seqlens_k: i32 [B + 1], cu[0] = 0, non-decreasing, cu[B] = total
+// Sequence b owns query rows cu_seqlens_q[b] .. cu_seqlens_q[b+1] (Lq_b of them) and key rows
+// cu_seqlens_k[b] .. cu_seqlens_k[b+1] (Lk_b); it attends within itself only. Lengths may be 0:
+// a query row that sees no key gets o = 0 and lse = -inf (attention.h's rule).
+// max_seqlen_q / max_seqlen_k must be >= every Lq_b / Lk_b (a kernel sizes its grid by them).
+//
+// Causal masking is aligned to the bottom-right corner, as FlashAttention >= 2.1: query i of
+// sequence b sees key j when j <= i + Lk_b - Lq_b, so the last query sees every key, and
+// with Lq_b > Lk_b the first Lq_b - Lk_b queries see none (the usual decode/prefill-with-cache
+// case: new queries sit after the cached keys). Equal lengths give the plain causal mask.
+// In MaskSpec terms: causal_at(q_start = Lk_b - Lq_b, kv_start = 0).
+#pragma once
+
+#include <vector>
+
+#include "tessera/attn/reference.h"
+
+namespace tessera::attn {
+
+struct VarlenReferenceResult {
+  int64_t total_q = 0, heads = 0, head_dim = 0;
+  std::vector<float> o;    // [total_q, Hq, D] contiguous, normalized
+  std::vector<float> lse;  // [Hq, total_q] contiguous (FlashAttention's varlen layout)
+
+  float o_at(int64_t t, int64_t h, int64_t d) const {
+    return o[size_t((t * heads + h) * head_dim + d)];
+  }
+  float lse_at(int64_t h, int64_t t) const { return lse[size_t(h * total_q + t)]; }
+};
+
+// Every sequence of the packed batch through reference_attention (same float32 order as
+// running it alone as a [1, Lq_b, Hq, D] batch). Throws kInvalidArgument naming the argument
+// (and the index of a bad cu_seqlens entry).
+VarlenReferenceResult reference_attention_varlen(
+    const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& cu_seqlens_q,
+    const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal,
+    float softmax_scale, ReferencePrecision precision = ReferencePrecision::kFloat32);
+
+}  // namespace tessera::attn

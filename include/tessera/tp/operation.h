@@ -1,0 +1,53 @@
+// TpOperation: one tensor-parallel GEMM with its communication (request.h), planned once
+// (planner.h) and run per layer call. Every rank of the context constructs it with the same
+// plan (collective: it allocates its symmetric buffers), then calls run() with its own
+// operands (rank_shapes()).
+//
+// A fused plan runs the Flux protocol on the symmetric heap: AllGather's communication tiles
+// are put (or got) with a signal each and every GEMM tile waits for the tiles covering its
+// rows; ReduceScatter's and AllToAll's GEMM tiles are stored into their owner's buffer with a
+// signal counted per source, in the rank-swizzled order of tile_schedule(); ReduceScatter's
+// owner sums the partials in rank order in float32 (deterministic). Each run starts with a
+// heap barrier (nobody overwrites a buffer a peer still reads) and ends with this rank's
+// signals reset. An unfused plan runs the GEMM and the Communicator's collective one after
+// the other. Every wait is bounded by the heap's timeout and names the rank waited for.
+//
+// Backends: cpu (rank threads, a float32 tile GEMM: the protocol CI checks, fused and unfused);
+// cuda runs unfused plans (cuBLASLt and NCCL) and refuses fused ones with kUnsupported until
+// the GEMM building block with its hooks exists.
+#pragma once
+
+#include <memory>
+
+#include "tessera/comm/context.h"
+#include "tessera/core/tensor_view.h"
+#include "tessera/runtime/stream.h"
+#include "tessera/tp/plan.h"
+
+namespace tessera::tp {
+
+class TpOperation {
+ public:
+  // Collective over ctx's ranks. Throws kInvalidArgument when the plan's world size or machine
+  // count differs from the context's, or the plan is invalid (validate_plan).
+  TpOperation(RankContext& ctx, const TpPlan& plan);
+  ~TpOperation();
+  TpOperation(const TpOperation&) = delete;
+  TpOperation& operator=(const TpOperation&) = delete;
+
+  const TpPlan& plan() const;
+  RankShapes shapes() const;  // this rank's operand shapes
+
+  // a, b, out as rank_shapes() says, contiguous, on this rank's device; a and b of the
+  // request's dtype, out of its out_dtype; bias: an empty view without bias, else [bias] of
+  // out_dtype. Each mismatch is refused naming the argument.
+  void run(const TensorView& a, const TensorView& b, const TensorView& bias,
+           const TensorView& out, const Stream& stream);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::tp

@@ -1,0 +1,65 @@
+// RoPE in rotate-half form (ops.h): for the (token t, head h) row and pair i < R/2,
+//   angle = float(pos[t]) * inv_freq[i]   (float32 product; sincosf, the accurate one, since
+//                                          angles reach 1e5 radians at long contexts)
+//   out[i] = x[i] cos - x[i + R/2] sin,   out[i + R/2] = x[i + R/2] cos + x[i] sin
+// and out[d] = x[d] for d in [R, D) (skipped in place). One CTA per row (grid-stride); each
+// thread reads its pair before writing it, so out may be x. A position outside [0, 2^31) traps.
+#include <cstdio>
+
+#include "ops/element.cuh"
+#include "tessera/runtime/cuda_check.h"
+
+namespace tessera::model::kernels {
+namespace {
+
+template <typename T>
+__global__ void __launch_bounds__(kBlockThreads) rope_kernel(RopeParams p) {
+  const bool in_place = p.out == p.x && p.out_stride_token == p.x_stride_token &&
+                        p.out_stride_head == p.x_stride_head;
+  const int64_t pass_through = in_place ? 0 : p.dim - 2 * p.half;
+  for (int64_t row = blockIdx.x; row < p.tokens * p.heads; row += gridDim.x) {
+    const int64_t t = row / p.heads, h = row % p.heads;
+    const int64_t pos = load_index(p.positions, p.position_type, t * p.position_stride);
+    if (pos < 0 || pos >= (int64_t{1} << 31)) {
+      printf("tessera rope: block %d: positions[%lld] = %lld is outside [0, 2^31)\n",
+             int(blockIdx.x), static_cast<long long>(t), static_cast<long long>(pos));
+      __trap();
+    }
+    const T* x = static_cast<const T*>(p.x) + t * p.x_stride_token + h * p.x_stride_head;
+    T* out = static_cast<T*>(p.out) + t * p.out_stride_token + h * p.out_stride_head;
+    for (int64_t j = threadIdx.x; j < p.half + pass_through; j += kBlockThreads) {
+      if (j < p.half) {
+        const float angle = float(pos) * p.inv_freq[j * p.inv_freq_stride];
+        float s, c;
+        sincosf(angle, &s, &c);
+        const float a = to_f32(x[j]), b = to_f32(x[j + p.half]);
+        out[j] = from_f32<T>(a * c - b * s);
+        out[j + p.half] = from_f32<T>(b * c + a * s);
+      } else {
+        const int64_t d = 2 * p.half + (j - p.half);
+        out[d] = x[d];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void launch_rope(const RopeParams& p, void* cuda_stream) {
+  const dim3 grid(grid_blocks(p.tokens * p.heads, 1)), block(kBlockThreads);
+  auto stream = static_cast<cudaStream_t>(cuda_stream);
+  switch (p.element) {
+    case Element::kF32:
+      rope_kernel<float><<<grid, block, 0, stream>>>(p);
+      break;
+    case Element::kBF16:
+      rope_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(p);
+      break;
+    case Element::kF16:
+      rope_kernel<__half><<<grid, block, 0, stream>>>(p);
+      break;
+  }
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tessera::model::kernels

@@ -1,0 +1,29 @@
+#include "tessera/tp/model_shapes.h"
+
+#include "tessera/core/error.h"
+
+namespace tessera::tp {
+
+std::vector<TpLayerShape> tp_layer_shapes(const std::string& model, const char* what) {
+  const std::vector<TpLayerShape> llama = {
+      {"llama3-70b", "qkv", TpOp::kAllGatherGemm, (64 + 2 * 8) * 128, 8192},
+      {"llama3-70b", "attn_out", TpOp::kGemmReduceScatter, 8192, 8192},
+      {"llama3-70b", "mlp_up", TpOp::kAllGatherGemm, 2 * 28672, 8192},
+      {"llama3-70b", "mlp_down", TpOp::kGemmReduceScatter, 8192, 28672}};
+  const std::vector<TpLayerShape> gpt3 = {
+      {"gpt3-175b", "qkv", TpOp::kAllGatherGemm, 3 * 12288, 12288},
+      {"gpt3-175b", "attn_out", TpOp::kGemmReduceScatter, 12288, 12288},
+      {"gpt3-175b", "mlp_up", TpOp::kAllGatherGemm, 49152, 12288},
+      {"gpt3-175b", "mlp_down", TpOp::kGemmReduceScatter, 12288, 49152}};
+  if (model == "llama3-70b") return llama;
+  if (model == "gpt3-175b") return gpt3;
+  if (model == "all") {
+    std::vector<TpLayerShape> all = llama;
+    all.insert(all.end(), gpt3.begin(), gpt3.end());
+    return all;
+  }
+  throw_error(ErrorCode::kInvalidArgument,
+              str(what, " = '", model, "': expected llama3-70b, gpt3-175b or all"));
+}
+
+}  // namespace tessera::tp

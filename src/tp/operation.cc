@@ -1,0 +1,175 @@
+// TpOperation: construction (buffers), argument checks, dispatch to the fused protocol or the
+// unfused pair.
+#include "tessera/tp/operation.h"
+
+#include <algorithm>
+
+#include "operation_impl.h"
+#include "tp/tp_backend.h"
+#include "tessera/comm/agreement.h"
+#include "tessera/core/error.h"
+
+namespace tessera::tp {
+
+namespace {
+
+void check_matrix(const TensorView& t, int64_t rows, int64_t cols, DType dtype, Device device,
+                  const char* what, const char* meaning) {
+  TESSERA_CHECK_ARG(!t.empty() || rows * cols == 0, what, ": expected ", dtype_name(dtype), "[",
+                    rows, ", ", cols, "] (", meaning, "), got an empty view");
+  if (t.empty()) return;
+  TESSERA_CHECK_ARG(t.ndim() == 2 && t.size(0) == rows && t.size(1) == cols, what, " = ",
+                    t.to_string(), ": expected shape [", rows, ", ", cols, "] (", meaning, ")");
+  check_dtype(t, dtype, what);
+  check_device(t, device, what);
+  check_contiguous(t, what);
+}
+
+}  // namespace
+
+TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), plan(p) {
+  rank = ctx.rank;
+  world = ctx.size;
+  const TpRequest& r = plan.request;
+  TESSERA_CHECK_ARG(r.world_size == world, "plan.request.world_size = ", r.world_size,
+                    ": expected the context's ", world, " ranks");
+  const int machines = ctx.topology.num_machines();
+  TESSERA_CHECK_ARG(r.num_machines == machines, "plan.request.num_machines = ", r.num_machines,
+                    ": expected the context's ", machines, " machines");
+  gpus_per_machine = world / machines;
+  if (plan.fused) {
+    TESSERA_CHECK_ARG(ctx.heap != nullptr,
+                      "plan.fused = true: expected a context with a symmetric heap");
+  }
+  validate_plan(plan, ctx.heap ? ctx.heap->num_signal_slots() : 0);
+  // Fused plans run on the cpu backend only until the GEMM building block with its hooks exists.
+  TESSERA_CHECK(ctx.backend == Backend::kCpu || !plan.fused, ErrorCode::kUnsupported,
+                "plan.fused = true on the ", backend_name(ctx.backend),
+                " backend: the fused kernels are not built yet; expected an unfused plan "
+                "(TpPlanOptions::Fuse::kUnfused) or the cpu backend");
+  shapes = rank_shapes(r, rank);
+  if (plan.fused) signals = SignalSlots(*ctx.heap, num_signal_slots(plan), "tensor-parallel operation");
+  check_same_plan_everywhere();
+  if (plan.fused) {
+    allocate_fused();
+  } else if (ctx.backend == Backend::kCuda) {
+#ifdef TESSERA_WITH_CUDA
+    cuda_unfused = detail::make_cuda_unfused_pair(ctx, plan);
+#endif
+  } else {
+    allocate_unfused();
+  }
+}
+
+void TpOperation::Impl::check_same_plan_everywhere() {
+  if (world == 1) return;
+  // The reason is for people and may differ in wording; what runs may not.
+  TpPlan bare = plan;
+  bare.reason.clear();
+  const uint64_t mine[2] = {fingerprint(plan_to_json(bare)), uint64_t(int64_t(signals.base()))};
+  const std::vector<uint64_t> all = all_gather_words(ctx, mine);
+  for (int r = 0; r < world; ++r) {
+    TESSERA_CHECK_ARG(all[2 * r] == mine[0], "rank ", rank, ": rank ", r, " planned a different ",
+                      tp_op_name(plan.request.op), " operation (fingerprint ", all[2 * r], " vs ",
+                      mine[0], "): every rank must construct TpOperation with the same plan");
+    TESSERA_CHECK_ARG(all[2 * r + 1] == mine[1], "rank ", rank, ": rank ", r,
+                      " got signal slots from ", int64_t(all[2 * r + 1]), " but this rank from ",
+                      int64_t(mine[1]),
+                      ": every rank must create and destroy its operations in the same order");
+  }
+}
+
+int64_t TpOperation::Impl::max_share() const {
+  return (plan.request.m + world - 1) / world;
+}
+
+detail::WeightOperand TpOperation::Impl::weight(const TensorView& b) const {
+  const TpRequest& r = plan.request;
+  const int64_t k = r.op == TpOp::kGemmReduceScatter ? r.k / world : r.k;
+  const int64_t n = r.op == TpOp::kAllGatherGemm ? r.n / world : r.n;
+  return {b.data(), r.dtype, r.weight_layout, k, n};
+}
+
+void TpOperation::Impl::compute_tile(const void* a_rows, int64_t lda, const TileTask& tile,
+                                     const TensorView& b, const void* bias, void* dst,
+                                     int64_t ldd) {
+  acc.resize(size_t(tile.rows * tile.cols));
+  detail::gemm_tile(a_rows, lda, plan.request.dtype, tile.rows, weight(b), tile.col_begin,
+                    tile.cols, gemm_scratch, acc.data());
+  detail::store_tile(acc.data(), tile.rows, tile.cols, bias, tile.col_begin,
+                     plan.request.out_dtype, dst, ldd);
+}
+
+void TpOperation::Impl::allocate_fused() {
+  const TpRequest& r = plan.request;
+  SymmetricHeap& heap = *ctx.heap;
+  const size_t in_elem = dtype_size(r.dtype), out_elem = dtype_size(r.out_dtype);
+  // Collective: every rank allocates the same sizes in the same order (at least one byte, so
+  // every buffer has an address).
+  auto allocate = [&](size_t bytes) { return heap.allocate(std::max<size_t>(bytes, 1)); };
+  switch (r.op) {
+    case TpOp::kAllGatherGemm:
+      gathered = allocate(size_t(r.m) * size_t(r.k) * in_elem);
+      break;
+    case TpOp::kGemmReduceScatter: {
+      const size_t block = size_t(max_share()) * size_t(r.n) * out_elem;
+      partials = allocate(size_t(world) * block);
+      if (plan.two_level) relay_partials = allocate(size_t(world) * block);
+      break;
+    }
+    case TpOp::kGemmAllToAll:
+      received = allocate(size_t(r.m) * size_t(r.n / world) * out_elem);
+      break;
+  }
+}
+
+TpOperation::TpOperation(RankContext& ctx, const TpPlan& plan)
+    : impl_(std::make_unique<Impl>(ctx, plan)) {}
+TpOperation::~TpOperation() = default;
+
+const TpPlan& TpOperation::plan() const { return impl_->plan; }
+RankShapes TpOperation::shapes() const { return impl_->shapes; }
+
+void TpOperation::run(const TensorView& a, const TensorView& b, const TensorView& bias,
+                      const TensorView& out, const Stream& stream) {
+  Impl& im = *impl_;
+  const TpRequest& r = im.plan.request;
+  const RankShapes& s = im.shapes;
+  const Device device = im.ctx.device;
+  check_matrix(a, s.a_rows, s.a_cols, r.dtype, device, "a",
+               r.op == TpOp::kGemmReduceScatter ? "all rows, this rank's K/P input features"
+                                                 : "this rank's rows, K input features");
+  check_matrix(b, s.b_rows, s.b_cols, r.dtype, device, "b",
+               r.weight_layout == WeightLayout::kKN ? "the weight shard as [K, N]"
+                                                    : "the weight shard as [N, K]");
+  check_matrix(out, s.out_rows, s.out_cols, r.out_dtype, device, "out",
+               r.op == TpOp::kGemmReduceScatter ? "this rank's rows, N output features"
+                                                 : "all rows, this rank's N/P output features");
+  if (r.has_bias) {
+    TESSERA_CHECK_ARG(!bias.empty(), "bias: expected ", dtype_name(r.out_dtype), "[", s.bias,
+                      "] (the plan has a bias), got an empty view");
+    TESSERA_CHECK_ARG(bias.ndim() == 1 && bias.size(0) == s.bias, "bias = ", bias.to_string(),
+                      ": expected shape [", s.bias, "]");
+    check_dtype(bias, r.out_dtype, "bias");
+    check_device(bias, device, "bias");
+    check_contiguous(bias, "bias");
+  } else {
+    TESSERA_CHECK_ARG(bias.empty(), "bias = ", bias.to_string(),
+                      ": expected an empty view (the plan has no bias)");
+  }
+  TESSERA_CHECK_ARG(stream.backend() == im.ctx.backend, "stream: a ",
+                    backend_name(stream.backend()), " stream, expected a ",
+                    backend_name(im.ctx.backend), " stream");
+  const RunArgs args{a, b, bias, out, stream};
+#ifdef TESSERA_WITH_CUDA
+  if (im.cuda_unfused) return im.cuda_unfused->run(a, b, bias, out, stream);
+#endif
+  if (!im.plan.fused) return im.run_unfused(args);
+  switch (r.op) {
+    case TpOp::kAllGatherGemm: return im.run_fused_all_gather(args);
+    case TpOp::kGemmReduceScatter: return im.run_fused_reduce_scatter(args);
+    case TpOp::kGemmAllToAll: return im.run_fused_all_to_all(args);
+  }
+}
+
+}  // namespace tessera::tp
