@@ -1,0 +1,82 @@
+// Arrays across the Python boundary. Any DLPack producer (NumPy, PyTorch, CuPy, JAX) arrives
+// as an nb::ndarray and leaves as a TensorView, after checks whose messages name the argument
+// and what was expected. Outputs Tessera allocates itself are NumPy arrays (cpu only: on cuda
+// the caller passes `out`, so no framework's allocator is linked here).
+//
+// dtypes: float32, float16 and bfloat16 (DLPack's bfloat code: torch, JAX). NumPy has no
+// bfloat16, so a uint16 array is read as bfloat16 bit patterns, and bfloat16 outputs Tessera
+// allocates are uint16 arrays of bit patterns.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/core/tensor_view.h"
+#include "tessera/runtime/stream.h"
+
+namespace tessera::python {
+
+using InArray = nanobind::ndarray<nanobind::ro>;  // read-only arrays are fine as inputs
+using OutArray = nanobind::ndarray<>;
+using NumpyArray = nanobind::ndarray<nanobind::numpy>;
+
+// The DLPack fields of any ndarray, so inputs and outputs share one set of checks.
+struct ArrayFields {
+  const void* data = nullptr;
+  nanobind::dlpack::dtype dtype;
+  int device_type = 0;
+  int device_id = 0;
+  int ndim = 0;
+  const int64_t* shape = nullptr;
+  const int64_t* strides = nullptr;  // in elements
+};
+
+template <typename... Ts>
+ArrayFields fields_of(const nanobind::ndarray<Ts...>& a) {
+  return {a.data(),      a.dtype(),     a.device_type(), a.device_id(),
+          int(a.ndim()), a.shape_ptr(), a.stride_ptr()};
+}
+
+// What an argument must look like: its name and layout for messages ("q", "[B, L, H, D]").
+struct ArgSpec {
+  const char* name;
+  const char* layout;
+  int ndim;
+  bool output = false;  // outputs may not be broadcast (stride 0) views
+};
+
+// A TensorView of `a` after checking dtype, device, rank and strides (unit stride in the last
+// dimension, none negative). Throws tessera::Error(kInvalidArgument) naming spec.name.
+TensorView checked_view(const ArrayFields& a, const ArgSpec& spec);
+template <typename... Ts>
+TensorView checked_view(const nanobind::ndarray<Ts...>& a, const ArgSpec& spec) {
+  return checked_view(fields_of(a), spec);
+}
+
+// Whether the array holds bfloat16 as uint16 bit patterns (NumPy's form of bfloat16).
+bool is_bf16_bits(const ArrayFields& a);
+
+// Throws unless `t` lies on the device of `other` (every tensor of a call shares one device).
+void check_same_device(const TensorView& t, const char* name, const TensorView& other,
+                       const char* other_name);
+// Throws unless `t` has exactly `shape`; `expected` describes it ("[B=2, Lq=5, Hq=8, D=16]").
+void check_shape(const TensorView& t, const char* name, const std::vector<int64_t>& shape,
+                 const std::string& expected);
+
+// A new zero-filled NumPy array; bfloat16 becomes uint16 bit patterns.
+NumpyArray new_numpy_array(DType dtype, const std::vector<int64_t>& shape);
+// The Tessera view of an array new_numpy_array made (contiguous, cpu).
+TensorView view_of(const NumpyArray& a, DType dtype);
+
+// The stream a call runs on: cpu tensors take no stream (handle 0); cuda tensors take a
+// cudaStream_t as an integer handle (0: the legacy default stream).
+Stream stream_for(uint64_t handle, Device device);
+
+// "[2, 5, 8, 16]"
+std::string shape_string(const TensorView& t);
+
+}  // namespace tessera::python

@@ -1,0 +1,147 @@
+// tessera.attention and tessera.reference_attention: local attention (attn/attention.h) on
+// arrays from any DLPack producer. q [B, Lq, Hq, D], k and v [B, Lkv, Hkv, D], Hq % Hkv == 0;
+// causal masking by positions q_start + i and kv_start + j. The cpu backend runs the float32
+// reference; cuda arrays run the Hopper kernels on the given stream handle (out required).
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+
+#include <cmath>
+#include <optional>
+
+#include "arrays.h"
+#include "bindings.h"
+#include "tessera/attn/attention.h"
+#include "tessera/attn/reference.h"
+#include "tessera/core/error.h"
+
+namespace nb = nanobind;
+
+namespace tessera::python {
+
+namespace {
+
+constexpr ArgSpec kQ{"q", "[B, Lq, Hq, D]", 4};
+constexpr ArgSpec kK{"k", "[B, Lkv, Hkv, D]", 4};
+constexpr ArgSpec kV{"v", "[B, Lkv, Hkv, D]", 4};
+constexpr ArgSpec kOut{"out", "[B, Lq, Hq, D]", 4, true};
+
+struct Operands {
+  TensorView q, k, v;
+  attn::MaskSpec mask;
+  float softmax_scale = 1.0f;
+};
+
+// Checks q, k, v against each other (names in every message) and resolves the mask and scale.
+Operands operands(const InArray& q_arr, const InArray& k_arr, const InArray& v_arr, bool causal,
+                  std::optional<double> softmax_scale, int64_t q_start, int64_t kv_start) {
+  Operands ops;
+  ops.q = checked_view(q_arr, kQ);
+  ops.k = checked_view(k_arr, kK);
+  ops.v = checked_view(v_arr, kV);
+  const TensorView& q = ops.q;
+  check_same_device(ops.k, "k", q, "q");
+  check_same_device(ops.v, "v", q, "q");
+  const int64_t B = q.size(0), Hq = q.size(2), D = q.size(3);
+  const int64_t Lkv = ops.k.size(1), Hkv = ops.k.size(2);
+  TESSERA_CHECK_ARG(ops.k.size(0) == B && ops.k.size(3) == D, "k: shape ", shape_string(ops.k),
+                    ": expected [B=", B, ", Lkv, Hkv, D=", D, "] (B and D of q ", shape_string(q),
+                    ")");
+  TESSERA_CHECK_ARG(Hkv >= 1 && Hq % Hkv == 0, "k: ", Hkv, " heads: expected a divisor of q's ", Hq,
+                    " heads (GQA groups)");
+  check_shape(ops.v, "v", {B, Lkv, Hkv, D}, str("k's shape ", shape_string(ops.k)));
+  TESSERA_CHECK_ARG(ops.k.dtype() == q.dtype() && ops.v.dtype() == q.dtype(), "k, v: dtypes ",
+                    dtype_name(ops.k.dtype()), ", ", dtype_name(ops.v.dtype()), ": expected q's ",
+                    dtype_name(q.dtype()));
+  ops.softmax_scale = softmax_scale ? float(*softmax_scale) : attn::default_softmax_scale(D);
+  TESSERA_CHECK_ARG(std::isfinite(ops.softmax_scale) && ops.softmax_scale > 0,
+                    "softmax_scale = ", ops.softmax_scale, ": expected a finite value > 0");
+  ops.mask = causal ? attn::MaskSpec::causal_at(q_start, kv_start) : attn::MaskSpec::none();
+  return ops;
+}
+
+nb::object attention(const InArray& q_arr, const InArray& k_arr, const InArray& v_arr, bool causal,
+                     std::optional<double> softmax_scale, int64_t q_start, int64_t kv_start,
+                     nb::object out, bool return_lse, uint64_t stream_handle) {
+  const Operands ops = operands(q_arr, k_arr, v_arr, causal, softmax_scale, q_start, kv_start);
+  const TensorView& q = ops.q;
+  const std::vector<int64_t> o_shape = {q.size(0), q.size(1), q.size(2), q.size(3)};
+  nb::object result;
+  TensorView o;
+  if (out.is_none()) {
+    TESSERA_CHECK_ARG(!q.device().is_cuda(), "out: None with q on ", q.device().to_string(),
+                      ": expected an output array (Tessera allocates cpu arrays only)");
+    NumpyArray a = new_numpy_array(q.dtype(), o_shape);
+    o = view_of(a, q.dtype());
+    result = nb::cast(a);
+  } else {
+    OutArray a;
+    TESSERA_CHECK_ARG(nb::try_cast(out, a, /*convert=*/false), "out: a ",
+                      Py_TYPE(out.ptr())->tp_name,
+                      " object (read-only, or no array): expected a writable array (NumPy or any "
+                      "DLPack producer)");
+    o = checked_view(a, kOut);
+    check_same_device(o, "out", q, "q");
+    check_shape(o, "out", o_shape, str("q's shape ", shape_string(q)));
+    TESSERA_CHECK_ARG(o.dtype() == q.dtype(), "out: dtype ", dtype_name(o.dtype()),
+                      ": expected q's ", dtype_name(q.dtype()));
+    result = out;
+  }
+  NumpyArray lse_arr;
+  TensorView lse;
+  if (return_lse) {
+    TESSERA_CHECK_ARG(!q.device().is_cuda(), "return_lse: True with q on ", q.device().to_string(),
+                      ": expected False (cpu only for now)");
+    lse_arr = new_numpy_array(DType::kF32, {q.size(0), q.size(2), q.size(1)});
+    lse = view_of(lse_arr, DType::kF32);
+  }
+  const Stream stream = stream_for(stream_handle, q.device());
+  {
+    nb::gil_scoped_release released;  // other Python threads (ranks) run meanwhile
+    attn::forward(q, ops.k, ops.v, o, lse, ops.mask, ops.softmax_scale, stream);
+  }
+  if (return_lse) return nb::make_tuple(result, nb::cast(lse_arr));
+  return result;
+}
+
+std::pair<NumpyArray, NumpyArray> reference_attention(const InArray& q_arr, const InArray& k_arr,
+                                                      const InArray& v_arr, bool causal,
+                                                      std::optional<double> softmax_scale,
+                                                      int64_t q_start, int64_t kv_start) {
+  const Operands ops = operands(q_arr, k_arr, v_arr, causal, softmax_scale, q_start, kv_start);
+  TESSERA_CHECK_ARG(!ops.q.device().is_cuda(), "q: on ", ops.q.device().to_string(),
+                    ": expected cpu arrays (the reference runs on the host)");
+  const attn::KvChunk chunk{ops.k, ops.v, ops.mask};
+  attn::ReferenceResult ref;
+  {
+    nb::gil_scoped_release released;
+    ref = attn::reference_attention(ops.q, std::span<const attn::KvChunk>(&chunk, 1),
+                                    ops.softmax_scale);
+  }
+  NumpyArray o = new_numpy_array(DType::kF32, {ref.batch, ref.lq, ref.heads, ref.head_dim});
+  NumpyArray lse = new_numpy_array(DType::kF32, {ref.batch, ref.heads, ref.lq});
+  std::copy(ref.o.begin(), ref.o.end(), static_cast<float*>(o.data()));
+  std::copy(ref.lse.begin(), ref.lse.end(), static_cast<float*>(lse.data()));
+  return {o, lse};
+}
+
+}  // namespace
+
+void bind_attention(nb::module_& m) {
+  m.def("attention", attention, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::kw_only(),
+        nb::arg("causal") = false, nb::arg("softmax_scale") = nb::none(), nb::arg("q_start") = 0,
+        nb::arg("kv_start") = 0, nb::arg("out") = nb::none(), nb::arg("return_lse") = false,
+        nb::arg("stream") = 0,
+        "Local attention o = softmax(scale * q k^T) v.\n\n"
+        "q [B, Lq, Hq, D], k and v [B, Lkv, Hkv, D] with Hq % Hkv == 0 (GQA); float32, float16 "
+        "or bfloat16 (NumPy: uint16 bit patterns); unit stride in D, any other strides. "
+        "causal masks key position kv_start + j > query position q_start + i. Returns out "
+        "(a new array of q's dtype when None: cpu only), and with return_lse also the float32 "
+        "log-sum-exp [B, Hq, Lq]. stream: a cudaStream_t as an int for cuda arrays, 0 on cpu.");
+  m.def("reference_attention", reference_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::kw_only(), nb::arg("causal") = false, nb::arg("softmax_scale") = nb::none(),
+        nb::arg("q_start") = 0, nb::arg("kv_start") = 0,
+        "Tessera's float32 reference attention on cpu arrays (what the kernels are checked "
+        "against): returns (o float32 [B, Lq, Hq, D], lse float32 [B, Hq, Lq]).");
+}
+
+}  // namespace tessera::python

@@ -1,0 +1,16 @@
+// tessera._C: the extension module behind the `tessera` Python package (python/tessera/).
+// Only host code and DLPack cross this boundary: no framework's headers or ABI.
+#include <nanobind/nanobind.h>
+
+#include "bindings.h"
+
+NB_MODULE(_C, m) {
+  m.doc() = "Tessera's C++ library, bound with nanobind (use the `tessera` package instead).";
+  tessera::python::bind_errors(m);
+  tessera::python::bind_info(m);
+  tessera::python::bind_attention(m);
+  tessera::python::bind_ranks(m);
+  nanobind::module_ sp = m.def_submodule("sp", "Sequence-parallel attention.");
+  tessera::python::bind_sp_attention(sp);
+  tessera::python::bind_testing(m);
+}

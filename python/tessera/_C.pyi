@@ -1,0 +1,74 @@
+# Type stubs for the extension module tessera._C (python/src/*.cc). Arrays are any DLPack
+# producer (NumPy, PyTorch, CuPy, JAX); returned arrays are NumPy (cpu backend).
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+ArrayLike = Any  # any object with __dlpack__ (or the buffer protocol): [B, L, H, D]
+
+error_code_keys: list[str]
+sp: Any  # the classes of tessera.sp (see sp.pyi)
+_testing: Any
+
+def _register_error_classes(classes: Mapping[str, type]) -> None: ...
+def info() -> dict[str, Any]:
+    """What this build of Tessera contains: version, backends, build details, visible GPUs
+    and every environment parameter (name, value, default, help)."""
+
+def attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    q_start: int = 0,
+    kv_start: int = 0,
+    out: Optional[ArrayLike] = None,
+    return_lse: bool = False,
+    stream: int = 0,
+) -> Any:
+    """Local attention o = softmax(scale * q k^T) v.
+
+    q [B, Lq, Hq, D], k and v [B, Lkv, Hkv, D] with Hq % Hkv == 0 (GQA); float32, float16 or
+    bfloat16 (NumPy: uint16 bit patterns); unit stride in D, any other strides. causal masks
+    key position kv_start + j > query position q_start + i. Returns out (a new array of q's
+    dtype when None: cpu only), and with return_lse=True the tuple (out, lse float32
+    [B, Hq, Lq]). stream: a cudaStream_t as an int for cuda arrays, 0 on cpu.
+    """
+
+def reference_attention(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    *,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    q_start: int = 0,
+    kv_start: int = 0,
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]:
+    """Tessera's float32 reference on cpu arrays: (o [B, Lq, Hq, D], lse [B, Hq, Lq])."""
+
+class RankContext:
+    """One rank of a tessera.run_cpu_ranks run (valid only inside the function it runs)."""
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def num_machines(self) -> int: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def is_open(self) -> bool: ...
+    def barrier(self) -> None:
+        """Waits until every rank arrived (bounded by TESSERA_TIMEOUT_MS)."""
+
+def _run_cpu_ranks(
+    world_size: int,
+    body: Callable[[RankContext], tuple[bool, Any, str, str]],
+    machines: int,
+    heap_bytes: int,
+) -> list[Optional[tuple[bool, Any, str, str]]]: ...

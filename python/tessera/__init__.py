@@ -1,0 +1,67 @@
+"""Tessera: overlapped distributed transformer inference for Hopper GPUs, from Python.
+
+Tensors cross through DLPack (NumPy on the cpu backend; PyTorch, CuPy or JAX arrays through
+the same protocol), so the package links no framework's C++ ABI::
+
+    import numpy as np, tessera
+    q = k = v = np.random.rand(1, 128, 8, 64).astype(np.float32)   # [B, L, H, D]
+    o = tessera.attention(q, k, v, causal=True)
+
+    def rank(ctx):                                                  # on each of 4 ranks
+        layer = tessera.sp.Attention(ctx, seq_len=128, heads=8, head_dim=64, method="auto")
+        rows = layer.local_tokens                                   # this rank's tokens
+        return rows, layer(q[:, rows], k[:, rows], v[:, rows])
+    shards = tessera.run_cpu_ranks(4, rank)
+
+Errors raise :class:`tessera.Error` subclasses (InvalidArgumentError is also a ValueError)
+with messages that name the argument and what was expected.
+"""
+
+from __future__ import annotations
+
+from . import _C
+from ._errors import (
+    CudaError,
+    Error,
+    InternalError,
+    InvalidArgumentError,
+    NcclError,
+    NvshmemError,
+    PeerFailureError,
+    RankError,
+    SystemError,
+    TimeoutError,
+    UnsupportedError,
+    ERROR_CLASSES as _ERROR_CLASSES,
+)
+from ._ranks import run_cpu_ranks
+from . import sp
+
+_C._register_error_classes(_ERROR_CLASSES)
+
+RankContext = _C.RankContext
+attention = _C.attention
+reference_attention = _C.reference_attention
+info = _C.info
+
+__version__: str = _C.info()["version"]
+
+__all__ = [
+    "CudaError",
+    "Error",
+    "InternalError",
+    "InvalidArgumentError",
+    "NcclError",
+    "NvshmemError",
+    "PeerFailureError",
+    "RankContext",
+    "RankError",
+    "SystemError",
+    "TimeoutError",
+    "UnsupportedError",
+    "attention",
+    "info",
+    "reference_attention",
+    "run_cpu_ranks",
+    "sp",
+]
