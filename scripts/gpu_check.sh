@@ -2,7 +2,7 @@
 # A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
 # configure and build with every core, run the gpu tests, run the benchmarks with their
 # anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
-#   STAGES="build test comm launchers sp attn decode sanitize spsweep" selects stages (default:
+#   STAGES="build test comm launchers sp attn decode gemm sanitize spsweep" selects stages (default:
 #   all but spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
 #   parts, and sanitize, compute-sanitizer over the single-GPU tests, scripts/gpu_sanitize.sh).
 # Everything lands in OUTDIR/work/ and is packed into OUTDIR/gpu-check.tgz at the end (the
@@ -11,7 +11,7 @@ set -uo pipefail
 final=$1
 out=$final/work
 mkdir -p "$out"
-stages=${STAGES:-"build test comm launchers sp attn decode"}
+stages=${STAGES:-"build test comm launchers sp attn decode gemm"}
 has() { [[ " $stages " == *" $1 "* ]]; }
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 export TESSERA_COMMIT=${TESSERA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -67,6 +67,12 @@ if has decode; then
       >"$out/decode_flashinfer.log" 2>&1 || status=1
   fi
 fi
+if has gemm; then
+  # The GEMM building block beside cuBLASLt; the tensor-parallel layers' unfused pairs (fused
+  # ones run on the cpu backend until their kernels exist).
+  $bin bench gemm --json "$out/gemm.json" >"$out/gemm.log" 2>&1 || status=1
+  $bin bench tp --json "$out/tp.json" >"$out/tp.log" 2>&1 || status=1
+fi
 if has sanitize; then
   scripts/gpu_sanitize.sh build-gpu/tests/tessera_gpu_tests "$out" || status=1
 fi
@@ -74,6 +80,8 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/cluster.log" ] && { echo "=== cluster ==="; grep -v "^\[" "$out/cluster.log" | tail -45; }
 [ -f "$out/decode.log" ] && { echo "=== decode ==="; grep -v "^\[" "$out/decode.log" | tail -30; }
 [ -f "$out/decode_flashinfer.log" ] && { echo "=== decode flashinfer ==="; tail -20 "$out/decode_flashinfer.log"; }
+[ -f "$out/gemm.log" ] && { echo "=== gemm ==="; grep -v "^\[" "$out/gemm.log" | tail -40; }
+[ -f "$out/tp.log" ] && { echo "=== tp ==="; grep -v "^\[" "$out/tp.log" | tail -20; }
 [ -f "$out/sanitize.txt" ] && { echo "=== sanitize ==="; cat "$out/sanitize.txt"; }
 [ -f "$out/comm.log" ] && { echo "=== comm ==="; python3 bench/report.py "$out"/comm*.json "$out"/torch_comm.json | grep -E " (64M|256M) "; }
 [ -f "$out/attn.log" ] && { echo "=== attn ==="; grep -v "^\[" "$out/attn.log" | tail -30; }
