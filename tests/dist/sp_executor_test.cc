@@ -91,12 +91,6 @@ struct Problem {
   attn::ReferenceResult ref;   // [B, J + L, H, D]
 };
 
-float round_to(DType dtype, float x) {
-  if (dtype == DType::kBF16) return bf16_bits_to_float(float_to_bf16_bits(x));
-  if (dtype == DType::kF16) return fp16_bits_to_float(float_to_fp16_bits(x));
-  return x;
-}
-
 Problem make_problem(const ShapeCase& s, uint32_t seed) {
   Problem p;
   p.shape = s;
@@ -105,7 +99,7 @@ Problem make_problem(const ShapeCase& s, uint32_t seed) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   auto fill = [&](std::vector<float>& x, int heads) {
     x.resize(size_t(s.batch * T * heads * s.head_dim));
-    for (float& e : x) e = round_to(s.dtype, dist(rng));
+    for (float& e : x) e = round_to_dtype(s.dtype, dist(rng));
   };
   fill(p.q, s.heads);
   fill(p.k, s.kv_heads);

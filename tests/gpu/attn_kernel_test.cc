@@ -96,12 +96,6 @@ float at4(const TensorView& t, int64_t a, int64_t b, int64_t c, int64_t d) {
 float at3(const TensorView& t, int64_t a, int64_t b, int64_t c) {
   return load_as_float(t.data(), t.dtype(), a * t.stride(0) + b * t.stride(1) + c * t.stride(2));
 }
-float round_to(DType dtype, float x) {
-  if (dtype == DType::kBF16) return bf16_bits_to_float(float_to_bf16_bits(x));
-  if (dtype == DType::kF16) return fp16_bits_to_float(float_to_fp16_bits(x));
-  return x;
-}
-
 // FlashAttention-3's rule: tolerance = 2 * error of the input-precision reference + noise.
 struct Tolerance {
   double o = 0, lse = 0;
@@ -109,8 +103,8 @@ struct Tolerance {
 Tolerance tolerance_for(const ReferenceResult& f32, const ReferenceResult& low, DType out_dtype) {
   double err_o = 0, noise = 0, err_lse = 0, lse_mag = 0;
   for (size_t i = 0; i < f32.o.size(); ++i) {
-    err_o = std::max(err_o, double(std::abs(round_to(out_dtype, low.o[i]) - f32.o[i])));
-    noise = std::max(noise, double(std::abs(round_to(out_dtype, f32.o[i]) - f32.o[i])));
+    err_o = std::max(err_o, double(std::abs(round_to_dtype(out_dtype, low.o[i]) - f32.o[i])));
+    noise = std::max(noise, double(std::abs(round_to_dtype(out_dtype, f32.o[i]) - f32.o[i])));
   }
   for (size_t i = 0; i < f32.lse.size(); ++i) {
     if (std::isinf(f32.lse[i])) continue;

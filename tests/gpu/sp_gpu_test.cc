@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "tessera/attn/reference.h"
 #include "gpu/gpu_workers.h"
+#include "tessera/attn/reference.h"
 #include "tessera/comm/bootstrap.h"
 #include "tessera/comm/context.h"
 #include "tessera/core/buffer.h"
@@ -39,7 +39,9 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Parent side
 
-int num_gpus_for_test() { return testing::gpus_for_test(4); }
+int num_gpus_for_test() {
+  return testing::gpus_for_test(4);
+}
 
 // Runs SpGpuWorker.<test> on `num_ranks` processes; fails when any worker fails.
 void run_workers(const std::string& test, int num_ranks,
@@ -106,12 +108,6 @@ struct ShapeCase {
   }
 };
 
-float round_to(DType dtype, float x) {
-  if (dtype == DType::kBF16) return bf16_bits_to_float(float_to_bf16_bits(x));
-  if (dtype == DType::kF16) return fp16_bits_to_float(float_to_fp16_bits(x));
-  return x;
-}
-
 // The whole sequence [joint; image] (B = 1), its float32 reference and the reference computed
 // in the input precision (for the tolerance).
 struct Problem {
@@ -128,7 +124,7 @@ Problem make_problem(const ShapeCase& s, uint32_t seed) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   auto fill = [&](std::vector<float>& x, int heads) {
     x.resize(size_t(T * heads * s.head_dim));
-    for (float& e : x) e = round_to(s.dtype, dist(rng));
+    for (float& e : x) e = round_to_dtype(s.dtype, dist(rng));
   };
   fill(p.q, s.heads);
   fill(p.k, s.kv_heads);
@@ -227,8 +223,9 @@ void compare(const Tensor& out, const Problem& p, const std::vector<int64_t>& po
         continue;
       }
       e.max_error = std::max(e.max_error, double(std::fabs(got - want)));
-      low_err = std::max(low_err, double(std::fabs(round_to(s.dtype, p.low.o[ref_index]) - want)));
-      noise = std::max(noise, double(std::fabs(round_to(s.dtype, want) - want)));
+      low_err =
+          std::max(low_err, double(std::fabs(round_to_dtype(s.dtype, p.low.o[ref_index]) - want)));
+      noise = std::max(noise, double(std::fabs(round_to_dtype(s.dtype, want) - want)));
     }
   e.tolerance = std::max(e.tolerance, 2 * low_err + noise + 1e-6);
 }
