@@ -206,14 +206,12 @@ TpPlan plan_tp(const TpRequest& request, const Topology& topology, const sp::Cos
   TESSERA_CHECK_ARG(!candidates.empty(), "comm_rows = ", options.comm_rows,
                     ": needs more than the ", options.num_signal_slots,
                     " signal slots of the heap");
-  TpPlan best;
-  double best_us = 0;
-  TpEstimate best_e;
-  for (TpPlan& c : candidates) {
-    const TpEstimate e = estimate(c, topology, cost);
-    if (best_us == 0 || e.fused_us < best_us) {
-      best = c;
-      best_us = e.fused_us;
+  TpPlan best = candidates.front();
+  TpEstimate best_e = estimate(best, topology, cost);
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    const TpEstimate e = estimate(candidates[i], topology, cost);
+    if (e.fused_us < best_e.fused_us) {
+      best = candidates[i];
       best_e = e;
     }
   }

@@ -18,6 +18,7 @@
 
 #include "comm/cpu/cpu_fault.h"
 #include "dist/cpu_dist_util.h"
+#include "dist/cpu_fault_util.h"
 #include "tessera/comm/context.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
@@ -28,20 +29,12 @@ namespace {
 
 using tessera::testing::ScopedWaitTimeout;
 using Clock = std::chrono::steady_clock;
+using tessera::testing::ms_since;
+using tessera::testing::ScopedCpuFault;
 
 constexpr int kRanks = 4;
 constexpr int kMachines = 2;
 constexpr int kVictim = 2;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-class ScopedCpuFault {
- public:
-  explicit ScopedCpuFault(const std::string& spec) { cpu::kCpuFault.override(spec); }
-  ~ScopedCpuFault() { cpu::kCpuFault.clear_override(); }
-};
 
 PlanRequest request_for(Method method, CommMode comm) {
   PlanRequest r;

@@ -12,6 +12,7 @@
 
 #include "comm/cpu/cpu_fault.h"
 #include "dist/cpu_dist_util.h"
+#include "dist/cpu_fault_util.h"
 #include "tessera/tp/operation.h"
 #include "tp_test_util.h"
 
@@ -25,16 +26,6 @@ using tp::TpPlan;
 constexpr int kRanks = 4;
 constexpr int kMachines = 2;
 constexpr int kVictim = 2;
-
-double ms_since(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
-
-class ScopedCpuFault {
- public:
-  explicit ScopedCpuFault(const std::string& spec) { cpu::kCpuFault.override(spec); }
-  ~ScopedCpuFault() { cpu::kCpuFault.clear_override(); }
-};
 
 TpPlan plan_for(TpOp op, bool two_level = false) {
   TpPlan plan;

@@ -29,10 +29,13 @@ void print_tp_projection(const std::string& models, const std::vector<int64_t>& 
       request.world_size = ranks;
       request.num_machines = machines;
       const tp::TpPlan plan = tp::plan_tp(request, topology, model);
-      // The fused plan's own estimate, also where the planner falls back.
+      // The planner's estimates of its best fused candidate, also where it falls back.
       tp::TpPlan fused = plan;
       fused.fused = true;
-      const tp::TpEstimate e = tp::estimate(fused, topology, model);
+      tp::TpEstimate e;
+      e.gemm_us = plan.gemm_us;
+      e.fused_us = plan.fused_us;
+      e.unfused_us = plan.unfused_us;
       const double chosen_us = plan.fused ? e.fused_us : e.unfused_us;
       std::printf("  %-22s %-8s %6lld %10.1f %11.1f %10.1f %7.2fx %7.0f%%  %s\n",
                   (layer.model + " " + layer.layer).c_str(), tp::tp_op_name(layer.op),
