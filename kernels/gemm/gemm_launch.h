@@ -1,5 +1,6 @@
-// The Hopper GEMM building block's host-facing side (no CUTLASS types): one problem, and a
-// registry of launchers that the explicit instantiations in inst/ fill at load time.
+// The Hopper GEMM building block's host-facing side (no CUTLASS types): one problem, a kernel
+// configuration, and a registry of launchers that the explicit instantiations in inst/ fill at
+// load time.
 //   d[M, N] = a[M, K] . b + bias[N]      a row-major; b [K, N] row-major, or [N, K] row-major
 //                                         (a Linear's weight, weight_nk); d row-major;
 //                                         f32 accumulation; bias optional (nullptr)
@@ -9,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "tessera/gemm/gemm_config.h"
 
 namespace tessera::gemm::kernels {
 
@@ -23,23 +26,31 @@ struct GemmProblem {
   int device_sms = 0;  // the device's multiprocessors (the persistent grid's size)
 };
 
+using tessera::gemm::GemmConfig;
+using tessera::gemm::GemmSplit;
+using tessera::gemm::GemmTile;
+
 struct GemmKey {
   ElementType in = ElementType::kBF16;
   ElementType out = ElementType::kBF16;
   bool weight_nk = true;
+  GemmTile tile = GemmTile::k128x256;
   bool operator==(const GemmKey&) const = default;
 };
 
 // cudaSuccess, or cudaErrorInvalidValue when the kernel cannot run the problem (alignment:
-// K and N multiples of 8 for 16-bit types) or the workspace is too small.
-using GemmLaunchFn = cudaError_t (*)(const GemmProblem& problem, void* workspace,
-                                     size_t workspace_bytes, cudaStream_t stream);
+// K and N multiples of 8 for 16-bit types) or the workspace is smaller than workspace_bytes().
+// Launching issues no allocation and no synchronization (CUDA-graph capturable).
+struct GemmLauncher {
+  cudaError_t (*launch)(const GemmProblem& problem, const GemmConfig& config, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) = nullptr;
+  size_t (*workspace_bytes)(const GemmProblem& problem, const GemmConfig& config) = nullptr;
+  explicit operator bool() const { return launch != nullptr; }
+};
 
-bool register_gemm_kernel(GemmKey key, GemmLaunchFn launch);
-// nullptr when this build has no instantiation for the key (TESSERA_KERNEL_FILTER/EXCLUDE).
-GemmLaunchFn find_gemm_kernel(GemmKey key);
-
-// Workspace every launcher fits in (the persistent scheduler's and the epilogue's).
-constexpr size_t kGemmWorkspaceBytes = size_t(4) << 20;
+bool register_gemm_kernel(GemmKey key, GemmLauncher launcher);
+// An empty launcher when this build has no instantiation for the key
+// (TESSERA_KERNEL_FILTER/EXCLUDE).
+GemmLauncher find_gemm_kernel(GemmKey key);
 
 }  // namespace tessera::gemm::kernels

@@ -12,24 +12,24 @@ std::mutex& registry_mutex() {
   static std::mutex mutex;
   return mutex;
 }
-std::vector<std::pair<GemmKey, GemmLaunchFn>>& registry() {
-  static std::vector<std::pair<GemmKey, GemmLaunchFn>> entries;
+std::vector<std::pair<GemmKey, GemmLauncher>>& registry() {
+  static std::vector<std::pair<GemmKey, GemmLauncher>> entries;
   return entries;
 }
 }  // namespace
 
-bool register_gemm_kernel(GemmKey key, GemmLaunchFn launch) {
+bool register_gemm_kernel(GemmKey key, GemmLauncher launcher) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  registry().emplace_back(key, launch);
+  registry().emplace_back(key, launcher);
   return true;
 }
 
-GemmLaunchFn find_gemm_kernel(GemmKey key) {
+GemmLauncher find_gemm_kernel(GemmKey key) {
   std::lock_guard<std::mutex> lock(registry_mutex());
   for (const auto& [k, fn] : registry()) {
     if (k == key) return fn;
   }
-  return nullptr;
+  return {};
 }
 
 }  // namespace tessera::gemm::kernels

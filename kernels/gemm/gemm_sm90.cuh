@@ -1,8 +1,9 @@
 // The Hopper GEMM building block: CUTLASS 4.x collectives for sm90a (TMA loads into a
 // multistage shared-memory pipeline, WGMMA, a warp-specialized cooperative persistent kernel:
-// one producer warp group, two consumer warp groups on a 128 x 256 tile, clusters of 2 along M
-// sharing B by TMA multicast), and an epilogue that adds a per-column bias (d = acc + bias[n])
-// and stores through TMA.
+// one producer warp group, two consumer warp groups sharing one CTA tile, clusters of two CTAs
+// sharing an operand by TMA multicast), a stream-K tile scheduler (data-parallel, stream-K or
+// split-K chosen per launch, partial sums reduced in a fixed order), and an epilogue that adds
+// a per-column bias (d = acc + bias[n]) and stores through TMA.
 //   a [M, K] row-major (K-major); b [N, K] row-major = K-major B (weight_nk), or [K, N]
 //   row-major = N-major B (transposed by the TMA/WGMMA path for 16-bit types); d [M, N].
 // Tensor-parallel hooks (tile order, a prologue signal wait, stores to a peer with a signal)
@@ -11,12 +12,13 @@
 
 #include <cuda_runtime.h>
 
-#include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <atomic>
+#include <cute/tensor.hpp>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/epilogue/fusion/operations.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 #include <type_traits>
 
@@ -24,7 +26,20 @@
 
 namespace tessera::gemm::kernels::sm90 {
 
-template <class ElementIn_, class ElementOut_, bool kWeightNK_>
+template <GemmTile kTile>
+struct TileTraits;
+template <>
+struct TileTraits<GemmTile::k128x256> {
+  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+};
+template <>
+struct TileTraits<GemmTile::k128x128> {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+};
+
+template <class ElementIn_, class ElementOut_, bool kWeightNK_, GemmTile kTile_>
 struct GemmTraits {
   using ElementIn = ElementIn_;
   using ElementOut = ElementOut_;
@@ -36,8 +51,9 @@ struct GemmTraits {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignIn = 16 / int(sizeof(ElementIn));
   static constexpr int kAlignOut = 16 / int(sizeof(ElementOut));
-  using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  static constexpr GemmTile kTile = kTile_;
+  using TileShape = typename TileTraits<kTile>::TileShape;
+  using ClusterShape = typename TileTraits<kTile>::ClusterShape;
   static_assert(sizeof(ElementIn) == 2, "the building block takes bf16 or f16 operands");
 
   using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<ElementOut, float, ElementOut,
@@ -48,13 +64,13 @@ struct GemmTraits {
       ElementOut, LayoutD, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative,
       Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementIn, LayoutA, kAlignIn,
-      ElementIn, LayoutB, kAlignIn, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementIn, LayoutA, kAlignIn, ElementIn,
+      LayoutB, kAlignIn, float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
+          sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
-                                                      Epilogue, cutlass::gemm::PersistentScheduler>;
+                                                      Epilogue, cutlass::gemm::StreamKScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -73,34 +89,81 @@ Stride packed_stride(int64_t extent0, int64_t extent1) {
 }
 
 template <class Traits>
-cudaError_t launch_gemm(const GemmProblem& p, void* workspace, size_t workspace_bytes,
-                        cudaStream_t stream) {
+typename Traits::Gemm::Arguments gemm_arguments(const GemmProblem& p, const GemmConfig& config) {
   using Gemm = typename Traits::Gemm;
+  using Kernel = typename Gemm::GemmKernel;
   using ElementIn = typename Traits::ElementIn;
   using ElementOut = typename Traits::ElementOut;
-  using StrideA = typename Gemm::GemmKernel::StrideA;
-  using StrideB = typename Gemm::GemmKernel::StrideB;
-  using StrideC = typename Gemm::GemmKernel::StrideC;
-  using StrideD = typename Gemm::GemmKernel::StrideD;
   typename Gemm::Arguments args{
       cutlass::gemm::GemmUniversalMode::kGemm,
       {int(p.m), int(p.n), int(p.k), 1},
-      {static_cast<const ElementIn*>(p.a), packed_stride<StrideA>(p.m, p.k),
-       static_cast<const ElementIn*>(p.b), packed_stride<StrideB>(p.n, p.k)},
-      {{}, nullptr, packed_stride<StrideC>(p.m, p.n), static_cast<ElementOut*>(p.d),
-       packed_stride<StrideD>(p.m, p.n)}};
+      {static_cast<const ElementIn*>(p.a), packed_stride<typename Kernel::StrideA>(p.m, p.k),
+       static_cast<const ElementIn*>(p.b), packed_stride<typename Kernel::StrideB>(p.n, p.k)},
+      {{},
+       nullptr,
+       packed_stride<typename Kernel::StrideC>(p.m, p.n),
+       static_cast<ElementOut*>(p.d),
+       packed_stride<typename Kernel::StrideD>(p.m, p.n)}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
   args.epilogue.thread.bias_ptr = static_cast<const ElementOut*>(p.bias);
   args.hw_info.sm_count = p.device_sms;
-  Gemm gemm;
-  if (gemm.can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
+  using Mode = typename Kernel::TileScheduler::DecompositionMode;
+  auto& sched = args.scheduler;
+  sched.max_swizzle_size = config.swizzle;
+  switch (config.split) {
+    case GemmSplit::kDataParallel:
+      sched.decomposition_mode = Mode::DataParallel;
+      break;
+    case GemmSplit::kStreamK:
+      sched.decomposition_mode = Mode::StreamK;
+      break;
+    case GemmSplit::kSplitK:
+      sched.decomposition_mode = Mode::SplitK;
+      sched.splits = config.splits;
+      break;
+  }
+  return args;
+}
+
+template <class Traits>
+size_t gemm_workspace_bytes(const GemmProblem& p, const GemmConfig& config) {
+  return Traits::Gemm::get_workspace_size(gemm_arguments<Traits>(p, config));
+}
+
+template <class Traits>
+cudaError_t launch_gemm(const GemmProblem& p, const GemmConfig& config, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
+  using Gemm = typename Traits::Gemm;
+  using Kernel = typename Gemm::GemmKernel;
+  const typename Gemm::Arguments args = gemm_arguments<Traits>(p, config);
+  if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return cudaErrorInvalidValue;
-  if (gemm.initialize(args, workspace, stream) != cutlass::Status::kSuccess) {
+  // The shared-memory opt-in, once per device (a host call each launch would show at small M).
+  static std::atomic<uint64_t> smem_set_on{0};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device >= 64) return cudaErrorInvalidDevice;
+  if (!(smem_set_on.load(std::memory_order_acquire) & (uint64_t(1) << device))) {
+    const cudaError_t e = cudaFuncSetAttribute(cutlass::device_kernel<Kernel>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               Kernel::SharedStorageSize);
+    if (e != cudaSuccess) return e;
+    smem_set_on.fetch_or(uint64_t(1) << device, std::memory_order_acq_rel);
+  }
+  // Stream-K and split-K clear their reduction flags here (an async memset on `stream`).
+  if (Kernel::initialize_workspace(args, workspace, stream) != cutlass::Status::kSuccess) {
     return cudaErrorInvalidValue;
   }
-  if (gemm.run(stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
+  typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+  if (Gemm::run(params, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
   return cudaGetLastError();
+}
+
+// Registers the launcher of one instantiation (called from inst/ at load time).
+template <class Traits>
+bool register_traits(ElementType in, ElementType out) {
+  return register_gemm_kernel({in, out, Traits::kWeightNK, Traits::kTile},
+                              {&launch_gemm<Traits>, &gemm_workspace_bytes<Traits>});
 }
 
 }  // namespace tessera::gemm::kernels::sm90

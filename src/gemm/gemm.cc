@@ -11,9 +11,12 @@ namespace tessera::gemm {
 
 const char* gemm_impl_name(GemmImpl impl) {
   switch (impl) {
-    case GemmImpl::kAuto: return "auto";
-    case GemmImpl::kHopper: return "tessera";
-    case GemmImpl::kCublasLt: return "cublaslt";
+    case GemmImpl::kAuto:
+      return "auto";
+    case GemmImpl::kHopper:
+      return "tessera";
+    case GemmImpl::kCublasLt:
+      return "cublaslt";
   }
   return "?";
 }
@@ -29,14 +32,16 @@ struct Gemm::Impl {
 
 namespace {
 
-bool is_gemm_dtype(DType d) { return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32; }
+bool is_gemm_dtype(DType d) {
+  return d == DType::kBF16 || d == DType::kF16 || d == DType::kF32;
+}
 
 void check_operand(const TensorView& t, int64_t rows, int64_t cols, DType dtype, Device device,
                    const char* what) {
   TESSERA_CHECK_ARG(!t.empty(), what, ": expected ", dtype_name(dtype), "[", rows, ", ", cols,
                     "], got an empty view");
-  TESSERA_CHECK_ARG(t.numel() == rows * cols && (t.ndim() == 2 ? t.size(0) == rows : true),
-                    what, " = ", t.to_string(), ": expected shape [", rows, ", ", cols, "]");
+  TESSERA_CHECK_ARG(t.numel() == rows * cols && (t.ndim() == 2 ? t.size(0) == rows : true), what,
+                    " = ", t.to_string(), ": expected shape [", rows, ", ", cols, "]");
   check_dtype(t, dtype, what);
   check_device(t, device, what);
   check_contiguous(t, what);
@@ -44,7 +49,9 @@ void check_operand(const TensorView& t, int64_t rows, int64_t cols, DType dtype,
 
 }  // namespace
 
-Gemm::Gemm(const GemmShape& shape, Device device, GemmImpl impl) : impl_(std::make_unique<Impl>()) {
+Gemm::Gemm(const GemmShape& shape, Device device, GemmImpl impl,
+           std::optional<GemmConfig> hopper_config)
+    : impl_(std::make_unique<Impl>()) {
   TESSERA_CHECK_ARG(shape.m >= 1 && shape.n >= 1 && shape.k >= 1, "shape M ", shape.m, " N ",
                     shape.n, " K ", shape.k, ": expected every size >= 1");
   TESSERA_CHECK_ARG(is_gemm_dtype(shape.dtype), "dtype = ", dtype_name(shape.dtype),
@@ -54,15 +61,16 @@ Gemm::Gemm(const GemmShape& shape, Device device, GemmImpl impl) : impl_(std::ma
   impl_->shape = shape;
   impl_->device = device;
   if (!device.is_cuda()) {
+    (void)hopper_config;  // the cpu reference has no configurations
     impl_->chosen = impl == GemmImpl::kAuto ? GemmImpl::kHopper : impl;
     return;
   }
 #ifdef TESSERA_WITH_CUDA
   GemmImpl resolved = impl;
   if (impl == GemmImpl::kAuto) {
-    resolved = detail::hopper_available(shape) ? GemmImpl::kHopper : GemmImpl::kCublasLt;
+    resolved = detail::hopper_available(shape, device) ? GemmImpl::kHopper : GemmImpl::kCublasLt;
   }
-  impl_->cuda = detail::make_cuda_gemm(shape, device, resolved);
+  impl_->cuda = detail::make_cuda_gemm(shape, device, resolved, hopper_config);
   impl_->chosen = resolved;
 #else
   throw_error(ErrorCode::kUnsupported,
@@ -71,8 +79,18 @@ Gemm::Gemm(const GemmShape& shape, Device device, GemmImpl impl) : impl_(std::ma
 }
 
 Gemm::~Gemm() = default;
-const GemmShape& Gemm::shape() const { return impl_->shape; }
-GemmImpl Gemm::impl() const { return impl_->chosen; }
+const GemmShape& Gemm::shape() const {
+  return impl_->shape;
+}
+GemmImpl Gemm::impl() const {
+  return impl_->chosen;
+}
+std::string Gemm::config_name() const {
+#ifdef TESSERA_WITH_CUDA
+  if (impl_->cuda) return impl_->cuda->config_name();
+#endif
+  return "";
+}
 
 void Gemm::run(const TensorView& a, const TensorView& b, const TensorView& bias,
                const TensorView& out, const Stream& stream) const {

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "tessera/gemm/gemm.h"
+#include "tessera/gemm/gemm_config.h"
 
 namespace tessera::gemm::detail {
 
@@ -12,12 +15,15 @@ class CudaGemm {
  public:
   virtual ~CudaGemm() = default;
   virtual GemmImpl impl() const = 0;
+  virtual std::string config_name() const = 0;  // kHopper's configuration; "" for cuBLASLt
   virtual void run(const void* a, const void* b, const void* bias, void* out,
                    const Stream& stream) const = 0;
 };
-// kHopper or kCublasLt (kAuto resolved by the caller's rule: hopper_available()).
-std::unique_ptr<CudaGemm> make_cuda_gemm(const GemmShape& shape, Device device, GemmImpl impl);
-bool hopper_available(const GemmShape& shape);
+// kHopper or kCublasLt (kAuto resolved by the caller's rule: hopper_available()); kHopper runs
+// `config`, or choose_gemm_config()'s pick without one.
+std::unique_ptr<CudaGemm> make_cuda_gemm(const GemmShape& shape, Device device, GemmImpl impl,
+                                         const std::optional<GemmConfig>& config);
+bool hopper_available(const GemmShape& shape, Device device);
 #endif
 
 }  // namespace tessera::gemm::detail

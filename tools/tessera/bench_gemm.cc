@@ -1,11 +1,15 @@
 // `tessera bench gemm`: the Hopper GEMM building block (tessera::gemm::Gemm, kHopper) beside
 // cuBLASLt on the same operands, for the per-rank GEMMs of a model's tensor-parallel layers
 // (column-parallel: N/P x K; row-parallel: N x K/P) at TP 4 and 8, and 8192^3. Each case is
-// verified: sampled outputs of both against a float64 dot product. Times: CUDA events around
-// each call, median; operands stay in L2 where they fit, for both implementations alike.
+// verified: sampled outputs of each against a float64 dot product. Times: CUDA events around
+// each call, median; the implementations take turns call by call (the same clocks and
+// temperature for each); operands stay in L2 where they fit, for all alike.
+// --configs all also runs every Hopper configuration (gemm_config.h) and names the best, which
+// is how choose_gemm_config()'s rule is made and checked.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -15,6 +19,7 @@
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/gemm/gemm.h"
+#include "tessera/gemm/gemm_config.h"
 #include "tessera/runtime/memory.h"
 #include "tessera/tp/model_shapes.h"
 
@@ -43,6 +48,27 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// Sampled outputs that differ from a float64 dot product by more than the output type's rounding
+// plus float32 accumulation over K.
+int64_t count_wrong(const std::vector<std::byte>& got, const std::vector<float>& a,
+                    const std::vector<float>& b, const GemmCase& c, DType dtype, bool weight_nk,
+                    int64_t samples) {
+  int64_t wrong = 0;
+  const double eps = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+  for (int64_t t = 0; t < samples; ++t) {
+    const int64_t e = (t * 104729) % (c.m * c.n), i = e / c.n, j = e % c.n;
+    double sum = 0, magnitude = 0;
+    for (int64_t k = 0; k < c.k; ++k) {
+      const double w = weight_nk ? b[size_t(j * c.k + k)] : b[size_t(k * c.n + j)];
+      sum += double(a[size_t(i * c.k + k)]) * w;
+      magnitude += std::fabs(double(a[size_t(i * c.k + k)]) * w);
+    }
+    const double v = load_as_float(got.data(), dtype, e);
+    wrong += !(std::fabs(v - sum) <= eps * std::fabs(sum) + double(c.k) * 1.2e-7 * magnitude);
+  }
+  return wrong;
+}
+
 int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
   Options opt(
       "bench gemm",
@@ -54,6 +80,9 @@ int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
        {"warmup", "5", "untimed calls per case"},
        {"iters", "30", "timed calls per case (median reported)"},
        {"check", "32", "sampled output elements verified per case and implementation"},
+       {"configs", "rule",
+        "Hopper configurations: rule (choose_gemm_config's pick), all (every candidate beside the "
+        "rule's) or a comma list of names such as 128x256/dp/s1"},
        {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
@@ -86,6 +115,13 @@ int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
   const int warmup = int(opt.integer("warmup", 0, 100000)),
             iters = int(opt.integer("iters", 1, 100000));
   const int64_t samples = opt.integer("check", 0, 1 << 20);
+  std::vector<gemm::GemmConfig> configs;  // run beside the rule's pick
+  if (opt.text("configs") == "all") {
+    configs = gemm::gemm_config_candidates();
+  } else if (opt.text("configs") != "rule") {
+    for (const std::string& name : opt.list("configs"))
+      configs.push_back(gemm::parse_gemm_config(name, "--configs"));
+  }
   TESSERA_CHECK(
       cuda_available(), ErrorCode::kUnsupported,
       "tessera bench gemm: needs a GPU (the cpu backend's GEMM is the float32 reference)");
@@ -96,9 +132,10 @@ int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<BenchRecord> records;
   int64_t total_wrong = 0;
-  std::printf("# tessera bench gemm: %s, weight [%s], GPU 0\n# %-52s %-9s %11s %9s %8s %8s\n",
+  std::printf("# tessera bench gemm: %s, weight [%s], GPU 0\n# %-52s %-22s %11s %9s %8s %8s\n",
               dtype_name(dtype), weight == "nk" ? "N, K" : "K, N", "case", "impl", "median_us",
               "TFLOP/s", "vs_cblt", "#wrong");
+  double worst_rule = 1e9;
   for (const GemmCase& c : cases) {
     const gemm::GemmShape shape{c.m, c.n, c.k, dtype, dtype, weight == "nk", false};
     std::vector<float> a_host(size_t(c.m * c.k)), b_host(size_t(c.k * c.n));
@@ -116,47 +153,58 @@ int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
     copy_bytes(a.data(), a_bytes.data(), a_bytes.size(), stream);
     copy_bytes(b.data(), b_bytes.data(), b_bytes.size(), stream);
     stream.synchronize();
-    double cublaslt_us = 0;
-    for (gemm::GemmImpl impl : {gemm::GemmImpl::kCublasLt, gemm::GemmImpl::kHopper}) {
-      gemm::Gemm g(shape, gpu, impl);
-      auto call = [&] { g.run(a.view(), b.view(), TensorView(), out.view(), stream); };
-      for (int i = 0; i < warmup; ++i) call();
+    struct Contender {
+      std::string name;  // "cublaslt", "tessera" (the rule's pick) or "tessera <config>"
+      std::unique_ptr<gemm::Gemm> gemm;
       std::vector<double> us;
-      for (int i = 0; i < iters; ++i) {
+    };
+    std::vector<Contender> contenders;
+    contenders.push_back(
+        {"cublaslt", std::make_unique<gemm::Gemm>(shape, gpu, gemm::GemmImpl::kCublasLt), {}});
+    contenders.push_back(
+        {"tessera", std::make_unique<gemm::Gemm>(shape, gpu, gemm::GemmImpl::kHopper), {}});
+    for (const gemm::GemmConfig& config : configs) {
+      contenders.push_back(
+          {"tessera " + gemm::gemm_config_name(config),
+           std::make_unique<gemm::Gemm>(shape, gpu, gemm::GemmImpl::kHopper, config),
+           {}});
+    }
+    auto call = [&](const Contender& ct) {
+      ct.gemm->run(a.view(), b.view(), TensorView(), out.view(), stream);
+    };
+    for (int i = 0; i < warmup; ++i) {
+      for (const Contender& ct : contenders) call(ct);
+    }
+    for (int i = 0; i < iters; ++i) {
+      for (Contender& ct : contenders) {
         Event start = Event::create(stream, true), end = Event::create(stream, true);
         start.record(stream);
-        call();
+        call(ct);
         end.record(stream);
         end.synchronize(60000, "bench gemm: a GEMM call");
-        us.push_back(1000.0 * end.elapsed_ms_since(start));
+        ct.us.push_back(1000.0 * end.elapsed_ms_since(start));
       }
-      const double med = median(us);
-      if (impl == gemm::GemmImpl::kCublasLt) cublaslt_us = med;
+    }
+    const double cublaslt_us = median(contenders[0].us);
+    const Contender* best = nullptr;
+    for (const Contender& ct : contenders) {
+      const double med = median(ct.us);
+      if (ct.name != "cublaslt" && (!best || med < median(best->us))) best = &ct;
+      call(ct);
       std::vector<std::byte> got(size_t(c.m * c.n) * 2);
       copy_bytes(got.data(), out.data(), got.size(), stream);
       stream.synchronize();
-      int64_t wrong = 0;
-      const double eps = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
-      for (int64_t t = 0; t < samples; ++t) {
-        const int64_t e = (t * 104729) % (c.m * c.n), i = e / c.n, j = e % c.n;
-        double sum = 0, magnitude = 0;
-        for (int64_t k = 0; k < c.k; ++k) {
-          const double w =
-              weight == "nk" ? b_host[size_t(j * c.k + k)] : b_host[size_t(k * c.n + j)];
-          sum += double(a_host[size_t(i * c.k + k)]) * w;
-          magnitude += std::fabs(double(a_host[size_t(i * c.k + k)]) * w);
-        }
-        const double v = load_as_float(got.data(), dtype, e);
-        wrong += !(std::fabs(v - sum) <= eps * std::fabs(sum) + double(c.k) * 1.2e-7 * magnitude);
-      }
+      const int64_t wrong = count_wrong(got, a_host, b_host, c, dtype, weight == "nk", samples);
       total_wrong += wrong;
       const double tflops = 2.0 * double(c.m) * double(c.n) * double(c.k) / (med * 1e-6) / 1e12;
-      std::printf("  %-52s %-9s %11.1f %9.1f %7.3fx %8lld\n", c.name.c_str(), gemm_impl_name(impl),
-                  med, tflops, cublaslt_us / med, static_cast<long long>(wrong));
+      const std::string label =
+          ct.name == "tessera" ? "tessera " + ct.gemm->config_name() : ct.name;
+      std::printf("  %-52s %-22s %11.1f %9.1f %7.3fx %8lld\n", c.name.c_str(), label.c_str(), med,
+                  tflops, cublaslt_us / med, static_cast<long long>(wrong));
       BenchRecord rec;
       rec.bench = "gemm";
       rec.case_name = c.name;
-      rec.impl = gemm_impl_name(impl);
+      rec.impl = ct.name;
       rec.gpu = device_name();
       rec.num_gpus = 1;
       rec.topology = "1x1";
@@ -166,9 +214,17 @@ int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
       rec.extra["vs_cublaslt"] = cublaslt_us / med;
       rec.extra_text["dtype"] = dtype_name(dtype);
       rec.extra_text["weight"] = weight;
+      if (ct.name != "cublaslt") rec.extra_text["config"] = ct.gemm->config_name();
       records.push_back(rec);
     }
+    const double rule_ratio = cublaslt_us / median(contenders[1].us);
+    worst_rule = std::min(worst_rule, rule_ratio);
+    if (contenders.size() > 2) {
+      std::printf("  %-52s best %s %.3fx, rule %.3fx\n", c.name.c_str(),
+                  best->gemm->config_name().c_str(), cublaslt_us / median(best->us), rule_ratio);
+    }
   }
+  std::printf("# rule's pick vs cuBLASLt: worst %.3fx\n", worst_rule);
   std::printf("# %zu records, #wrong total %lld\n", records.size(),
               static_cast<long long>(total_wrong));
   if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);

@@ -13,8 +13,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "tessera/core/tensor_view.h"
+#include "tessera/gemm/gemm_config.h"
 #include "tessera/runtime/stream.h"
 
 namespace tessera::gemm {
@@ -34,14 +37,18 @@ class Gemm {
  public:
   // Throws kInvalidArgument naming the field (sizes >= 1, dtypes bf16/f16/f32), kUnsupported
   // when the implementation cannot run the shape on `device` (kHopper: 16-bit types, out of the
-  // same type, K and N multiples of 8; not in this build).
-  Gemm(const GemmShape& shape, Device device, GemmImpl impl = GemmImpl::kAuto);
+  // same type, K and N multiples of 8; not in this build). kHopper runs `hopper_config`, or
+  // the rule's pick (choose_gemm_config) without one.
+  Gemm(const GemmShape& shape, Device device, GemmImpl impl = GemmImpl::kAuto,
+       std::optional<GemmConfig> hopper_config = std::nullopt);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
   const GemmShape& shape() const;
   GemmImpl impl() const;  // the one chosen (never kAuto)
+  // kHopper on a GPU: the configuration it runs (gemm_config_name); "" otherwise.
+  std::string config_name() const;
   // a [M, K], b as weight_nk says, bias [N] (an empty view without bias), out [M, N]; each
   // contiguous, of its dtype, on the plan's device; refused naming the argument otherwise.
   void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,

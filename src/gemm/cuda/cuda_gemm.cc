@@ -15,51 +15,71 @@ namespace {
 
 bool element_type(DType dtype, kernels::ElementType& out) {
   switch (dtype) {
-    case DType::kBF16: out = kernels::ElementType::kBF16; return true;
-    case DType::kF16: out = kernels::ElementType::kF16; return true;
-    case DType::kF32: out = kernels::ElementType::kF32; return true;
-    default: return false;
+    case DType::kBF16:
+      out = kernels::ElementType::kBF16;
+      return true;
+    case DType::kF16:
+      out = kernels::ElementType::kF16;
+      return true;
+    case DType::kF32:
+      out = kernels::ElementType::kF32;
+      return true;
+    default:
+      return false;
   }
 }
 
-kernels::GemmLaunchFn hopper_kernel(const GemmShape& shape) {
+kernels::GemmLauncher hopper_kernel(const GemmShape& shape, GemmTile tile) {
   kernels::GemmKey key;
   key.weight_nk = shape.weight_nk;
-  if (!element_type(shape.dtype, key.in) || !element_type(shape.out_dtype, key.out)) return nullptr;
+  key.tile = tile;
+  if (!element_type(shape.dtype, key.in) || !element_type(shape.out_dtype, key.out)) return {};
   // TMA needs 16-byte aligned rows: K and N multiples of 8 for 16-bit types.
-  if (shape.k % 8 != 0 || shape.n % 8 != 0) return nullptr;
+  if (shape.k % 8 != 0 || shape.n % 8 != 0) return {};
   return kernels::find_gemm_kernel(key);
+}
+
+int multiprocessors(Device device) {
+  int sms = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device.index));
+  return sms;
 }
 
 class HopperGemm final : public CudaGemm {
  public:
-  HopperGemm(const GemmShape& shape, Device device, kernels::GemmLaunchFn launch)
-      : shape_(shape), launch_(launch) {
-    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, device.index));
-    workspace_ = Buffer::allocate(kernels::kGemmWorkspaceBytes, device);
+  HopperGemm(const GemmShape& shape, Device device, const GemmConfig& config,
+             kernels::GemmLauncher launcher, int sms)
+      : shape_(shape), config_(config), launcher_(launcher) {
+    problem_.m = shape.m;
+    problem_.n = shape.n;
+    problem_.k = shape.k;
+    problem_.device_sms = sms;
+    workspace_bytes_ = launcher_.workspace_bytes(problem_, config_);
+    if (workspace_bytes_ > 0) workspace_ = Buffer::allocate(workspace_bytes_, device);
   }
   GemmImpl impl() const override { return GemmImpl::kHopper; }
+  std::string config_name() const override { return gemm_config_name(config_); }
   void run(const void* a, const void* b, const void* bias, void* out,
            const Stream& stream) const override {
-    kernels::GemmProblem p;
-    p.m = shape_.m;
-    p.n = shape_.n;
-    p.k = shape_.k;
+    kernels::GemmProblem p = problem_;
     p.a = a;
     p.b = b;
     p.bias = bias;
     p.d = out;
-    p.device_sms = sms_;
-    const cudaError_t status = launch_(p, workspace_.data(), kernels::kGemmWorkspaceBytes,
-                                       static_cast<cudaStream_t>(stream.cuda_stream()));
+    const cudaError_t status =
+        launcher_.launch(p, config_, workspace_bytes_ > 0 ? workspace_.data() : nullptr,
+                         workspace_bytes_, static_cast<cudaStream_t>(stream.cuda_stream()));
     TESSERA_CHECK(status == cudaSuccess, ErrorCode::kCuda, "GEMM building block M ", shape_.m,
-                  " N ", shape_.n, " K ", shape_.k, ": ", cudaGetErrorString(status));
+                  " N ", shape_.n, " K ", shape_.k, " (", gemm_config_name(config_),
+                  "): ", cudaGetErrorString(status));
   }
 
  private:
   GemmShape shape_;
-  kernels::GemmLaunchFn launch_;
-  int sms_ = 0;
+  GemmConfig config_;
+  kernels::GemmLauncher launcher_;
+  kernels::GemmProblem problem_;
+  size_t workspace_bytes_ = 0;
   Buffer workspace_;
 };
 
@@ -69,6 +89,7 @@ class CublasLtGemm final : public CudaGemm {
     workspace_ = Buffer::allocate(BlasLtGemm::kWorkspaceBytes, device);
   }
   GemmImpl impl() const override { return GemmImpl::kCublasLt; }
+  std::string config_name() const override { return ""; }
   void run(const void* a, const void* b, const void* bias, void* out,
            const Stream& stream) const override {
     gemm_.run(a, b, bias, out, workspace_.data(), static_cast<cudaStream_t>(stream.cuda_stream()));
@@ -81,18 +102,24 @@ class CublasLtGemm final : public CudaGemm {
 
 }  // namespace
 
-bool hopper_available(const GemmShape& shape) { return hopper_kernel(shape) != nullptr; }
+bool hopper_available(const GemmShape& shape, Device device) {
+  const GemmConfig config = choose_gemm_config(shape.m, shape.n, shape.k, multiprocessors(device));
+  return bool(hopper_kernel(shape, config.tile));
+}
 
-std::unique_ptr<CudaGemm> make_cuda_gemm(const GemmShape& shape, Device device, GemmImpl impl) {
+std::unique_ptr<CudaGemm> make_cuda_gemm(const GemmShape& shape, Device device, GemmImpl impl,
+                                         const std::optional<GemmConfig>& config) {
   if (impl == GemmImpl::kHopper) {
-    const kernels::GemmLaunchFn launch = hopper_kernel(shape);
-    TESSERA_CHECK(launch != nullptr, ErrorCode::kUnsupported, "the GEMM building block for ",
+    const int sms = multiprocessors(device);
+    const GemmConfig chosen = config ? *config : choose_gemm_config(shape.m, shape.n, shape.k, sms);
+    const kernels::GemmLauncher launcher = hopper_kernel(shape, chosen.tile);
+    TESSERA_CHECK(bool(launcher), ErrorCode::kUnsupported, "the GEMM building block for ",
                   dtype_name(shape.dtype), " -> ", dtype_name(shape.out_dtype),
                   shape.weight_nk ? ", weight [N, K]" : ", weight [K, N]", ", N ", shape.n, " K ",
-                  shape.k,
+                  shape.k, ", ", gemm_config_name(chosen),
                   ": not built (bf16 or f16 in and out, N and K multiples of 8; "
                   "TESSERA_KERNEL_FILTER may leave instantiations out): expected kCublasLt");
-    return std::make_unique<HopperGemm>(shape, device, launch);
+    return std::make_unique<HopperGemm>(shape, device, chosen, launcher, sms);
   }
   return std::make_unique<CublasLtGemm>(shape, device);
 }

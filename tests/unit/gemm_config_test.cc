@@ -1,0 +1,44 @@
+// The Hopper GEMM configurations' names and the rule that picks one (gemm_config.h).
+#include "tessera/gemm/gemm_config.h"
+
+#include <gtest/gtest.h>
+
+#include "tessera/core/error.h"
+
+namespace tessera::gemm {
+namespace {
+
+TEST(GemmConfig, NamesRoundTrip) {
+  for (const GemmConfig& c : gemm_config_candidates()) {
+    const std::string name = gemm_config_name(c);
+    EXPECT_EQ(parse_gemm_config(name, "--configs"), c) << name;
+  }
+  EXPECT_EQ(gemm_config_name({GemmTile::k128x128, GemmSplit::kSplitK, 4, 8}), "128x128/k4/s8");
+}
+
+TEST(GemmConfig, BadNamesAreRefusedNamingTheArgument) {
+  for (const char* bad : {"", "128x256", "128x256/dp", "64x64/dp/s1", "128x256/k1/s1",
+                          "128x256/k17/s1", "128x256/dp/s3", "128x256/xx/s1", "128x256/dp/1"}) {
+    try {
+      parse_gemm_config(bad, "--configs");
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("--configs"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(GemmConfig, RulePicksFullTilesForLargeProblemsAndSplitsSmallOnes) {
+  const int sms = 132;
+  // 8192^3: 64 x 32 tiles of 128 x 256, many waves: whole tiles, no split.
+  EXPECT_EQ(choose_gemm_config(8192, 8192, 8192, sms).split, GemmSplit::kDataParallel);
+  // 128 rows, 2560 columns: 20 tiles of 128 x 128 for 132 multiprocessors must split K.
+  const GemmConfig small = choose_gemm_config(128, 2560, 8192, sms);
+  EXPECT_EQ(small.tile, GemmTile::k128x128);
+  EXPECT_NE(small.split, GemmSplit::kDataParallel);
+  EXPECT_THROW(choose_gemm_config(0, 1, 1, sms), Error);
+}
+
+}  // namespace
+}  // namespace tessera::gemm
