@@ -1,9 +1,10 @@
 // The Hopper GEMM building block: CUTLASS 4.x collectives for sm90a (TMA loads into a
 // multistage shared-memory pipeline, WGMMA, a warp-specialized cooperative persistent kernel:
-// one producer warp group, two consumer warp groups sharing one CTA tile, clusters of two CTAs
-// sharing an operand by TMA multicast), a stream-K tile scheduler (data-parallel, stream-K or
-// split-K chosen per launch, partial sums reduced in a fixed order), and an epilogue that adds
-// a per-column bias (d = acc + bias[n]) and stores through TMA.
+// one producer warp group and two consumer warp groups, which share one CTA tile (cooperative,
+// on a stream-K tile scheduler: data-parallel, stream-K or split-K chosen per launch, partial
+// sums reduced in a fixed order) or take turns on two (ping-pong: one's epilogue runs under the
+// other's mainloop); clusters of two CTAs share an operand by TMA multicast), and an epilogue that
+// adds a per-column bias (d = acc + bias[n]) and stores through TMA.
 //   a [M, K] row-major (K-major); b [N, K] row-major = K-major B (weight_nk), or [K, N]
 //   row-major = N-major B (transposed by the TMA/WGMMA path for 16-bit types); d [M, N].
 // Tensor-parallel hooks (tile order, a prologue signal wait, stores to a peer with a signal)
@@ -26,17 +27,45 @@
 
 namespace tessera::gemm::kernels::sm90 {
 
+// Cooperative tiles (two consumer warp groups share a tile) run on the stream-K scheduler;
+// ping-pong tiles (each consumer warp group owns a tile, one's epilogue under the other's
+// mainloop) on the persistent data-parallel one, the only one CUTLASS allows them.
+struct Cooperative {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Scheduler = cutlass::gemm::StreamKScheduler;
+};
+struct PingPong {
+  using Kernel = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+};
+
 template <GemmTile kTile>
 struct TileTraits;
 template <>
 struct TileTraits<GemmTile::k128x256> {
   using TileShape = cute::Shape<cute::_128, cute::_256, cute::_64>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using Schedule = Cooperative;
 };
 template <>
 struct TileTraits<GemmTile::k128x128> {
   using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
   using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using Schedule = Cooperative;
+};
+template <>
+struct TileTraits<GemmTile::k64x256PingPong> {
+  using TileShape = cute::Shape<cute::_64, cute::_256, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using Schedule = PingPong;
+};
+template <>
+struct TileTraits<GemmTile::k128x128PingPong> {
+  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+  using Schedule = PingPong;
 };
 
 template <class ElementIn_, class ElementOut_, bool kWeightNK_, GemmTile kTile_>
@@ -54,6 +83,7 @@ struct GemmTraits {
   static constexpr GemmTile kTile = kTile_;
   using TileShape = typename TileTraits<kTile>::TileShape;
   using ClusterShape = typename TileTraits<kTile>::ClusterShape;
+  using Schedule = typename TileTraits<kTile>::Schedule;
   static_assert(sizeof(ElementIn) == 2, "the building block takes bf16 or f16 operands");
 
   using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<ElementOut, float, ElementOut,
@@ -61,16 +91,15 @@ struct GemmTraits {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignOut,
-      ElementOut, LayoutD, kAlignOut, cutlass::epilogue::TmaWarpSpecializedCooperative,
-      Fusion>::CollectiveOp;
+      ElementOut, LayoutD, kAlignOut, typename Schedule::Epilogue, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementIn, LayoutA, kAlignIn, ElementIn,
       LayoutB, kAlignIn, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(
           sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Schedule::Kernel>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
-                                                      Epilogue, cutlass::gemm::StreamKScheduler>;
+                                                      Epilogue, typename Schedule::Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -136,6 +165,9 @@ cudaError_t launch_gemm(const GemmProblem& p, const GemmConfig& config, void* wo
                         size_t workspace_bytes, cudaStream_t stream) {
   using Gemm = typename Traits::Gemm;
   using Kernel = typename Gemm::GemmKernel;
+  if constexpr (!std::is_same_v<typename Traits::Schedule, Cooperative>) {
+    if (config.split != GemmSplit::kDataParallel) return cudaErrorInvalidValue;  // ping-pong
+  }
   const typename Gemm::Arguments args = gemm_arguments<Traits>(p, config);
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return cudaErrorInvalidValue;

@@ -17,8 +17,9 @@ TEST(GemmConfig, NamesRoundTrip) {
 }
 
 TEST(GemmConfig, BadNamesAreRefusedNamingTheArgument) {
-  for (const char* bad : {"", "128x256", "128x256/dp", "64x64/dp/s1", "128x256/k1/s1",
-                          "128x256/k17/s1", "128x256/dp/s3", "128x256/xx/s1", "128x256/dp/1"}) {
+  for (const char* bad :
+       {"", "128x256", "128x256/dp", "64x64/dp/s1", "128x256/k1/s1", "128x256/k17/s1",
+        "128x256/dp/s3", "128x256/xx/s1", "128x256/dp/1", "64x256pp/sk/s1", "128x128pp/k2/s1"}) {
     try {
       parse_gemm_config(bad, "--configs");
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -31,8 +32,12 @@ TEST(GemmConfig, BadNamesAreRefusedNamingTheArgument) {
 
 TEST(GemmConfig, RulePicksFullTilesForLargeProblemsAndSplitsSmallOnes) {
   const int sms = 132;
-  // 8192^3: 64 x 32 tiles of 128 x 256, many waves: whole tiles, no split.
-  EXPECT_EQ(choose_gemm_config(8192, 8192, 8192, sms).split, GemmSplit::kDataParallel);
+  // 8192^3: 64 x 32 tiles of 128 x 256, many waves: the large tile, rasterized in groups.
+  const GemmConfig square = choose_gemm_config(8192, 8192, 8192, sms);
+  EXPECT_EQ(square.tile, GemmTile::k128x256);
+  EXPECT_EQ(square.swizzle, 4);
+  // A short K loop keeps whole tiles.
+  EXPECT_EQ(choose_gemm_config(4096, 8192, 1024, sms).split, GemmSplit::kDataParallel);
   // 128 rows, 2560 columns: 20 tiles of 128 x 128 for 132 multiprocessors must split K.
   const GemmConfig small = choose_gemm_config(128, 2560, 8192, sms);
   EXPECT_EQ(small.tile, GemmTile::k128x128);

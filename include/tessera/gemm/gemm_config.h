@@ -11,9 +11,12 @@
 
 namespace tessera::gemm {
 
-// 128 x 256 in clusters of 2 along M (B multicast), for many tiles; 128 x 128 in clusters of 2
-// along N (A multicast), for few rows.
-enum class GemmTile : uint8_t { k128x256, k128x128 };
+// Cooperative tiles (both consumer warp groups on one tile; any GemmSplit): 128 x 256 in
+// clusters of 2 along M (B multicast), for many tiles; 128 x 128 in clusters of 2 along N
+// (A multicast), for few rows. Ping-pong tiles (the consumer warp groups alternate tiles, one's
+// epilogue under the other's mainloop; data-parallel only), for short K loops: 64 x 256 and
+// 128 x 128, clusters of 2 along M.
+enum class GemmTile : uint8_t { k128x256, k128x128, k64x256PingPong, k128x128PingPong };
 
 // Data-parallel (whole output tiles per CTA), stream-K (the K loop of the tiles beyond the last
 // full wave split over the grid), split-K into `splits` slices. Partial sums are reduced in a
@@ -28,7 +31,7 @@ struct GemmConfig {
   bool operator==(const GemmConfig&) const = default;
 };
 
-// "128x256/dp/s1", "128x128/sk/s4", "128x256/k4/s1" (split-K into 4).
+// "128x256/dp/s1", "128x128/sk/s4", "128x256/k4/s1" (split-K into 4), "64x256pp/dp/s1".
 std::string gemm_config_name(const GemmConfig& config);
 // The inverse; throws kInvalidArgument naming `what` and the expected form.
 GemmConfig parse_gemm_config(std::string_view text, std::string_view what);
