@@ -137,20 +137,18 @@ typename Traits::Gemm::Arguments gemm_arguments(const GemmProblem& p, const Gemm
   args.epilogue.thread.beta = 0.0f;
   args.epilogue.thread.bias_ptr = static_cast<const ElementOut*>(p.bias);
   args.hw_info.sm_count = p.device_sms;
-  using Mode = typename Kernel::TileScheduler::DecompositionMode;
   auto& sched = args.scheduler;
   sched.max_swizzle_size = config.swizzle;
-  switch (config.split) {
-    case GemmSplit::kDataParallel:
-      sched.decomposition_mode = Mode::DataParallel;
-      break;
-    case GemmSplit::kStreamK:
-      sched.decomposition_mode = Mode::StreamK;
-      break;
-    case GemmSplit::kSplitK:
-      sched.decomposition_mode = Mode::SplitK;
-      sched.splits = config.splits;
-      break;
+  if constexpr (std::is_same_v<typename Traits::Schedule, Cooperative>) {
+    using Mode = typename Kernel::TileScheduler::DecompositionMode;
+    switch (config.split) {
+      case GemmSplit::kDataParallel: sched.decomposition_mode = Mode::DataParallel; break;
+      case GemmSplit::kStreamK: sched.decomposition_mode = Mode::StreamK; break;
+      case GemmSplit::kSplitK:
+        sched.decomposition_mode = Mode::SplitK;
+        sched.splits = config.splits;
+        break;
+    }
   }
   return args;
 }
