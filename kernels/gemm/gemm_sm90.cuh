@@ -68,7 +68,10 @@ struct TileTraits<GemmTile::k128x128PingPong> {
   using Schedule = PingPong;
 };
 
-template <class ElementIn_, class ElementOut_, bool kWeightNK_, GemmTile kTile_>
+// SchedulerTag_: void for the tile's own scheduler; the tensor-parallel kernels pass theirs
+// (kernels/tp/), which carries their hooks.
+template <class ElementIn_, class ElementOut_, bool kWeightNK_, GemmTile kTile_,
+          class SchedulerTag_ = void>
 struct GemmTraits {
   using ElementIn = ElementIn_;
   using ElementOut = ElementOut_;
@@ -84,6 +87,9 @@ struct GemmTraits {
   using TileShape = typename TileTraits<kTile>::TileShape;
   using ClusterShape = typename TileTraits<kTile>::ClusterShape;
   using Schedule = typename TileTraits<kTile>::Schedule;
+  using SchedulerTag = std::conditional_t<std::is_void_v<SchedulerTag_>,
+                                          typename Schedule::Scheduler, SchedulerTag_>;
+  static constexpr bool kStreamK = std::is_same_v<SchedulerTag, cutlass::gemm::StreamKScheduler>;
   static_assert(sizeof(ElementIn) == 2, "the building block takes bf16 or f16 operands");
 
   using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<ElementOut, float, ElementOut,
@@ -99,7 +105,7 @@ struct GemmTraits {
           sizeof(typename Epilogue::SharedStorage))>,
       typename Schedule::Kernel>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop,
-                                                      Epilogue, typename Schedule::Scheduler>;
+                                                      Epilogue, SchedulerTag>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 };
 
@@ -139,11 +145,15 @@ typename Traits::Gemm::Arguments gemm_arguments(const GemmProblem& p, const Gemm
   args.hw_info.sm_count = p.device_sms;
   auto& sched = args.scheduler;
   sched.max_swizzle_size = config.swizzle;
-  if constexpr (std::is_same_v<typename Traits::Schedule, Cooperative>) {
+  if constexpr (Traits::kStreamK) {
     using Mode = typename Kernel::TileScheduler::DecompositionMode;
     switch (config.split) {
-      case GemmSplit::kDataParallel: sched.decomposition_mode = Mode::DataParallel; break;
-      case GemmSplit::kStreamK: sched.decomposition_mode = Mode::StreamK; break;
+      case GemmSplit::kDataParallel:
+        sched.decomposition_mode = Mode::DataParallel;
+        break;
+      case GemmSplit::kStreamK:
+        sched.decomposition_mode = Mode::StreamK;
+        break;
       case GemmSplit::kSplitK:
         sched.decomposition_mode = Mode::SplitK;
         sched.splits = config.splits;
@@ -158,15 +168,13 @@ size_t gemm_workspace_bytes(const GemmProblem& p, const GemmConfig& config) {
   return Traits::Gemm::get_workspace_size(gemm_arguments<Traits>(p, config));
 }
 
+// Launches with prepared arguments (gemm_arguments, plus what a scheduler of the tensor-parallel
+// kernels adds).
 template <class Traits>
-cudaError_t launch_gemm(const GemmProblem& p, const GemmConfig& config, void* workspace,
-                        size_t workspace_bytes, cudaStream_t stream) {
+cudaError_t launch_with_arguments(const typename Traits::Gemm::Arguments& args, void* workspace,
+                                  size_t workspace_bytes, cudaStream_t stream) {
   using Gemm = typename Traits::Gemm;
   using Kernel = typename Gemm::GemmKernel;
-  if constexpr (!std::is_same_v<typename Traits::Schedule, Cooperative>) {
-    if (config.split != GemmSplit::kDataParallel) return cudaErrorInvalidValue;  // ping-pong
-  }
-  const typename Gemm::Arguments args = gemm_arguments<Traits>(p, config);
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
   if (Gemm::get_workspace_size(args) > workspace_bytes) return cudaErrorInvalidValue;
   // The shared-memory opt-in, once per device (a host call each launch would show at small M).
@@ -187,6 +195,15 @@ cudaError_t launch_gemm(const GemmProblem& p, const GemmConfig& config, void* wo
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
   if (Gemm::run(params, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
   return cudaGetLastError();
+}
+
+template <class Traits>
+cudaError_t launch_gemm(const GemmProblem& p, const GemmConfig& config, void* workspace,
+                        size_t workspace_bytes, cudaStream_t stream) {
+  // Only the stream-K scheduler splits; the others run whole tiles.
+  if (!Traits::kStreamK && config.split != GemmSplit::kDataParallel) return cudaErrorInvalidValue;
+  return launch_with_arguments<Traits>(gemm_arguments<Traits>(p, config), workspace,
+                                       workspace_bytes, stream);
 }
 
 // Registers the launcher of one instantiation (called from inst/ at load time).

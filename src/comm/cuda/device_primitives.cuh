@@ -1,8 +1,11 @@
 // Device helpers the communication kernels share: the global nanosecond timer, system-scope
-// acquire loads and release stores of 64-bit signal words, and a sleep until a timer value.
+// acquire loads and release stores of 64-bit signal words, a sleep until a timer value, and the
+// write of a wait-timeout record (signal_kernels.h).
 #pragma once
 
 #include <cstdint>
+
+#include "comm/cuda/signal_kernels.h"
 
 namespace tessera::cuda_comm {
 
@@ -29,6 +32,27 @@ __device__ __forceinline__ void sleep_until(uint64_t deadline_ns) {
     if (now >= deadline_ns) return;
     __nanosleep(deadline_ns - now > 2000 ? 1000 : 100);
   }
+}
+
+// Fills `record` (host-mapped) once per log: the first timed-out wait to take `claim` writes
+// the fields, then `timed_out` after a system fence; true for that one. The caller traps.
+__device__ __forceinline__ bool record_wait_timeout(WaitTimeoutRecord* record, unsigned int* claim,
+                                                    int rank, int slot, int from_rank, int cmp,
+                                                    int64_t barrier_epoch, uint64_t expected,
+                                                    uint64_t observed, uint64_t waited_ns) {
+  if (atomicCAS(claim, 0u, 1u) != 0u) return false;
+  record->rank = rank;
+  record->slot = slot;
+  record->from_rank = from_rank;
+  record->cmp = cmp;
+  record->barrier_epoch = barrier_epoch;
+  record->expected = expected;
+  record->observed = observed;
+  record->waited_ns = waited_ns;
+  __threadfence_system();
+  *reinterpret_cast<volatile uint32_t*>(&record->timed_out) = 1u;
+  __threadfence_system();
+  return true;
 }
 
 }  // namespace tessera::cuda_comm

@@ -79,20 +79,8 @@ __global__ void signal_wait_kernel(SignalWaitParams p) {
       const bool barrier = a.barrier_epoch > 0;
       const int from = barrier ? index : a.from_rank;
       const int slot = a.first_slot + index;
-      if (atomicCAS(p.claim, 0u, 1u) == 0u) {
-        WaitTimeoutRecord* r = p.record;
-        r->rank = a.rank;
-        r->slot = slot;
-        r->from_rank = from;
-        r->cmp = cmp;
-        r->barrier_epoch = a.barrier_epoch;
-        r->expected = a.value;
-        r->observed = observed;
-        r->waited_ns = waited;
-        __threadfence_system();
-        *reinterpret_cast<volatile uint32_t*>(&r->timed_out) = 1u;
-        __threadfence_system();
-      }
+      record_wait_timeout(p.record, p.claim, a.rank, slot, from, cmp, a.barrier_epoch, a.value,
+                          observed, waited);
       if (barrier) {
         printf(
             "tessera rank %d: timed out after %llu ms in heap barrier #%lld waiting for rank %d "
