@@ -68,7 +68,7 @@ Gemm::Gemm(const GemmShape& shape, Device device, GemmImpl impl,
 #ifdef TESSERA_WITH_CUDA
   GemmImpl resolved = impl;
   if (impl == GemmImpl::kAuto) {
-    resolved = detail::hopper_available(shape, device) ? GemmImpl::kHopper : GemmImpl::kCublasLt;
+    resolved = detail::hopper_preferred(shape, device) ? GemmImpl::kHopper : GemmImpl::kCublasLt;
   }
   impl_->cuda = detail::make_cuda_gemm(shape, device, resolved, hopper_config);
   impl_->chosen = resolved;

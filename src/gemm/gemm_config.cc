@@ -96,25 +96,44 @@ std::vector<GemmConfig> gemm_config_candidates() {
   return out;
 }
 
-// Made from `tessera bench gemm --configs all` on an H200 (docs/PERF.md): few rows split K
-// across the grid until it is about full; otherwise 128 x 256 tiles, whole tiles for short K
-// loops (a split's reduction would cost more than it balances), stream-K for long ones, and
-// rasterized in groups of 4 once there are several waves (L2 reuse).
+// Made from `tessera bench gemm --configs all` on an H200 (docs/PERF.md, bench/results/
+// gemm_sweep_h200.json):
+//   - one row tile (M <= 128): 128 x 128 cooperative tiles; whole tiles when the columns fill
+//     most of the grid or the K loop is short, else split K (at most 4 ways, within one wave;
+//     the ordered reduction costs more beyond);
+//   - short K loops (<= 4096): 128 x 128 ping-pong (the epilogue hides under the other warp
+//     group's mainloop);
+//   - long K loops: 128 x 128 ping-pong at 16384 rows and wide N, and at <= 2048 rows and wide N;
+//     otherwise 128 x 256 on stream-K (balances the last wave);
+//   - rasterized in groups of 4 at 16384 rows and more (L2 reuse), else 1: stream-K with groups
+//     and few column tiles lost half its speed.
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, int sms) {
   TESSERA_CHECK_ARG(m >= 1 && n >= 1 && k >= 1 && sms >= 1, "choose_gemm_config: m ", m, ", n ", n,
                     ", k ", k, ", sms ", sms, ": expected each >= 1");
   if (m <= 128) {
     const int64_t tiles = (n + 127) / 128;
-    if (tiles * 10 >= int64_t(sms) * 7) return {GemmTile::k128x128, GemmSplit::kDataParallel, 1, 4};
+    if (k <= 3072 || tiles * 10 >= int64_t(sms) * 7) {
+      return {GemmTile::k128x128, GemmSplit::kDataParallel, 1, 4};
+    }
     int splits = 1;
-    while (splits < 8 && tiles * splits * 2 * 10 <= int64_t(sms) * 11) splits *= 2;
+    while (splits < 4 && tiles * splits * 2 <= int64_t(sms)) splits *= 2;
     if (splits == 1) return {GemmTile::k128x128, GemmSplit::kStreamK, 1, 1};
     return {GemmTile::k128x128, GemmSplit::kSplitK, splits, 1};
   }
-  const int64_t tiles = ((m + 255) / 256) * 2 * ((n + 255) / 256);  // clusters of 2 along M
-  const int swizzle = tiles >= 4 * int64_t(sms) ? 4 : 1;
-  if (k <= 3072) return {GemmTile::k128x256, GemmSplit::kDataParallel, 1, swizzle};
-  return {GemmTile::k128x256, GemmSplit::kStreamK, 1, swizzle};
+  const int swizzle = m >= 16384 ? 4 : 1;
+  if (k <= 4096) return {GemmTile::k128x128PingPong, GemmSplit::kDataParallel, 1, swizzle};
+  if ((m >= 16384 && n >= 4096) || (m <= 2048 && n >= 8192)) {
+    return {GemmTile::k128x128PingPong, GemmSplit::kDataParallel, 1, swizzle};
+  }
+  return {GemmTile::k128x256, GemmSplit::kStreamK, 1, 1};
+}
+
+// Where the sweep found every configuration short of cuBLASLt by more than 5%: one row tile
+// with K split or streamed, and narrow outputs (<= 2560 columns) of up to 4096 rows.
+bool gemm_prefers_cublaslt(int64_t m, int64_t n, int64_t k, int sms) {
+  const GemmConfig c = choose_gemm_config(m, n, k, sms);
+  if (m <= 128) return c.split != GemmSplit::kDataParallel;
+  return n <= 2560 && m <= 4096 && k > 4096;
 }
 
 }  // namespace tessera::gemm

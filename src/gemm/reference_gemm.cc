@@ -12,8 +12,7 @@ void gemm_tile(const void* a, int64_t lda, DType a_dtype, int64_t rows, const We
   float* at = bt + cols * k;
   for (int64_t j = 0; j < cols; ++j) {
     for (int64_t kk = 0; kk < k; ++kk) {
-      const int64_t index =
-          !b.weight_nk ? kk * b.n + col0 + j : (col0 + j) * k + kk;
+      const int64_t index = !b.weight_nk ? kk * b.n + col0 + j : (col0 + j) * k + kk;
       bt[j * k + kk] = load_as_float(b.data, b.dtype, index);
     }
   }

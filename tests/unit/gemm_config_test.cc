@@ -30,18 +30,26 @@ TEST(GemmConfig, BadNamesAreRefusedNamingTheArgument) {
   }
 }
 
-TEST(GemmConfig, RulePicksFullTilesForLargeProblemsAndSplitsSmallOnes) {
+TEST(GemmConfig, RuleFollowsTheSweep) {
   const int sms = 132;
-  // 8192^3: 64 x 32 tiles of 128 x 256, many waves: the large tile, rasterized in groups.
-  const GemmConfig square = choose_gemm_config(8192, 8192, 8192, sms);
-  EXPECT_EQ(square.tile, GemmTile::k128x256);
-  EXPECT_EQ(square.swizzle, 4);
-  // A short K loop keeps whole tiles.
-  EXPECT_EQ(choose_gemm_config(4096, 8192, 1024, sms).split, GemmSplit::kDataParallel);
-  // 128 rows, 2560 columns: 20 tiles of 128 x 128 for 132 multiprocessors must split K.
-  const GemmConfig small = choose_gemm_config(128, 2560, 8192, sms);
-  EXPECT_EQ(small.tile, GemmTile::k128x128);
-  EXPECT_NE(small.split, GemmSplit::kDataParallel);
+  // 8192^3, a long K loop: 128 x 256 tiles, stream-K for the last wave.
+  EXPECT_EQ(choose_gemm_config(8192, 8192, 8192, sms),
+            (GemmConfig{GemmTile::k128x256, GemmSplit::kStreamK, 1, 1}));
+  // A short K loop: ping-pong whole tiles, rasterized in groups from 16384 rows.
+  EXPECT_EQ(choose_gemm_config(4096, 8192, 1024, sms),
+            (GemmConfig{GemmTile::k128x128PingPong, GemmSplit::kDataParallel, 1, 1}));
+  EXPECT_EQ(choose_gemm_config(16384, 8192, 1024, sms).swizzle, 4);
+  // 128 rows, 2560 columns: 20 tiles of 128 x 128 for 132 multiprocessors split K 4 ways
+  // (80 CTAs, one wave), and cuBLASLt is preferred there.
+  EXPECT_EQ(choose_gemm_config(128, 2560, 8192, sms),
+            (GemmConfig{GemmTile::k128x128, GemmSplit::kSplitK, 4, 1}));
+  EXPECT_TRUE(gemm_prefers_cublaslt(128, 2560, 8192, sms));
+  // 72 tiles: a split would need a second wave, so stream-K.
+  EXPECT_EQ(choose_gemm_config(128, 9216, 12288, sms).split, GemmSplit::kStreamK);
+  // Wide enough to fill the grid: whole tiles, and the building block.
+  EXPECT_EQ(choose_gemm_config(128, 14336, 8192, sms).split, GemmSplit::kDataParallel);
+  EXPECT_FALSE(gemm_prefers_cublaslt(128, 14336, 8192, sms));
+  EXPECT_FALSE(gemm_prefers_cublaslt(8192, 8192, 8192, sms));
   EXPECT_THROW(choose_gemm_config(0, 1, 1, sms), Error);
 }
 

@@ -6,7 +6,8 @@
 //   kHopper    Tessera's sm90a kernel on CUTLASS 4.x collectives (TMA, WGMMA, warp-specialized
 //              persistent; kernels/gemm/gemm_sm90.cuh): bf16 or f16 in, the same type out
 //   kCublasLt  cuBLASLt (bf16/f16/f32 in, bf16/f16/f32 out): the baseline and the fallback
-//   kAuto      kHopper where it has an instantiation for the shape's types, else kCublasLt
+//   kAuto      kHopper where it has an instantiation for the shape's types and the measured rule
+//              does not prefer cuBLASLt (gemm_prefers_cublaslt), else kCublasLt
 // On the cpu backend every implementation is the float32 reference (k ascending).
 // run() neither allocates nor synchronizes, so it can be captured in a CUDA graph.
 #pragma once

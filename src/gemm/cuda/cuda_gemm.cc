@@ -102,9 +102,10 @@ class CublasLtGemm final : public CudaGemm {
 
 }  // namespace
 
-bool hopper_available(const GemmShape& shape, Device device) {
-  const GemmConfig config = choose_gemm_config(shape.m, shape.n, shape.k, multiprocessors(device));
-  return bool(hopper_kernel(shape, config.tile));
+bool hopper_preferred(const GemmShape& shape, Device device) {
+  const int sms = multiprocessors(device);
+  if (gemm_prefers_cublaslt(shape.m, shape.n, shape.k, sms)) return false;
+  return bool(hopper_kernel(shape, choose_gemm_config(shape.m, shape.n, shape.k, sms).tile));
 }
 
 std::unique_ptr<CudaGemm> make_cuda_gemm(const GemmShape& shape, Device device, GemmImpl impl,
