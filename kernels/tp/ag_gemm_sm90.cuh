@@ -20,6 +20,9 @@ cudaError_t launch_ag_gemm(const gemm::kernels::GemmProblem& p, const gemm::Gemm
   if (config.split != gemm::GemmSplit::kDataParallel) return cudaErrorInvalidValue;
   auto args = gemm::kernels::sm90::gemm_arguments<Traits>(p, config);
   args.scheduler.wait = wait;
+  // Rows outermost: a wave covers few row clusters, taken in the plan's order.
+  using Scheduler = typename Traits::Gemm::GemmKernel::TileScheduler;
+  args.scheduler.raster_order = Scheduler::RasterOrderOptions::AlongN;
   return gemm::kernels::sm90::launch_with_arguments<Traits>(args, workspace, workspace_bytes,
                                                             stream);
 }
