@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tessera/core/buffer.h"
+#include "tessera/core/error.h"
 #include "tessera/gemm/gemm.h"
 #include "tessera/runtime/memory.h"
 #include "tessera/tp/loopback.h"
@@ -123,10 +124,10 @@ TEST(TpLoopbackGpu, RefusesWhatIsNotBuilt) {
   TpPlan plan;
   plan.request = {TpOp::kGemmReduceScatter, 256,   1024, 1024, DType::kBF16, DType::kBF16,
                   WeightLayout::kNK,        false, 4,    1};
-  EXPECT_THROW(TpLoopback(plan, Device::cuda(0)), Error);
+  EXPECT_THROW({ TpLoopback refused(plan, Device::cuda(0)); }, Error);
   plan.request.op = TpOp::kAllGatherGemm;
   plan.request.weight_layout = WeightLayout::kKN;
-  EXPECT_THROW(TpLoopback(plan, Device::cuda(0)), Error);
+  EXPECT_THROW({ TpLoopback refused(plan, Device::cuda(0)); }, Error);
 }
 
 }  // namespace
