@@ -68,9 +68,10 @@ if has decode; then
   fi
 fi
 if has gemm; then
-  # The GEMM building block beside cuBLASLt; the tensor-parallel layers' unfused pairs (fused
-  # ones run on the cpu backend until their kernels exist).
+  # The GEMM building block beside cuBLASLt; the fused AllGather+GEMM of four ranks on this GPU
+  # (loopback) and its hooks' cost; the tensor-parallel layers' unfused pairs.
   $bin bench gemm --json "$out/gemm.json" >"$out/gemm.log" 2>&1 || status=1
+  $bin bench tp-loopback --json "$out/tp_loopback.json" >"$out/tp_loopback.log" 2>&1 || status=1
   $bin bench tp --json "$out/tp.json" >"$out/tp.log" 2>&1 || status=1
 fi
 if has sanitize; then
@@ -81,6 +82,7 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/decode.log" ] && { echo "=== decode ==="; grep -v "^\[" "$out/decode.log" | tail -30; }
 [ -f "$out/decode_flashinfer.log" ] && { echo "=== decode flashinfer ==="; tail -20 "$out/decode_flashinfer.log"; }
 [ -f "$out/gemm.log" ] && { echo "=== gemm ==="; grep -v "^\[" "$out/gemm.log" | tail -40; }
+[ -f "$out/tp_loopback.log" ] && { echo "=== tp loopback ==="; grep -v "^\[" "$out/tp_loopback.log" | tail -40; }
 [ -f "$out/tp.log" ] && { echo "=== tp ==="; grep -v "^\[" "$out/tp.log" | tail -20; }
 [ -f "$out/sanitize.txt" ] && { echo "=== sanitize ==="; cat "$out/sanitize.txt"; }
 [ -f "$out/comm.log" ] && { echo "=== comm ==="; python3 bench/report.py "$out"/comm*.json "$out"/torch_comm.json | grep -E " (64M|256M) "; }
