@@ -43,13 +43,14 @@ TEST(GemmConfig, RuleFollowsTheSweep) {
   // (80 CTAs, one wave), and cuBLASLt is preferred there.
   EXPECT_EQ(choose_gemm_config(128, 2560, 8192, sms),
             (GemmConfig{GemmTile::k128x128, GemmSplit::kSplitK, 4, 1}));
-  EXPECT_TRUE(gemm_prefers_cublaslt(128, 2560, 8192, sms));
+  EXPECT_TRUE(gemm_prefers_cublaslt(128, 2560, 8192));
   // 72 tiles: a split would need a second wave, so stream-K.
   EXPECT_EQ(choose_gemm_config(128, 9216, 12288, sms).split, GemmSplit::kStreamK);
-  // Wide enough to fill the grid: whole tiles, and the building block.
+  // Wide enough to fill the grid: whole tiles (cuBLASLt still preferred at one row tile).
   EXPECT_EQ(choose_gemm_config(128, 14336, 8192, sms).split, GemmSplit::kDataParallel);
-  EXPECT_FALSE(gemm_prefers_cublaslt(128, 14336, 8192, sms));
-  EXPECT_FALSE(gemm_prefers_cublaslt(8192, 8192, 8192, sms));
+  EXPECT_TRUE(gemm_prefers_cublaslt(128, 14336, 8192));
+  EXPECT_FALSE(gemm_prefers_cublaslt(1024, 14336, 8192));
+  EXPECT_FALSE(gemm_prefers_cublaslt(8192, 8192, 8192));
   EXPECT_THROW(choose_gemm_config(0, 1, 1, sms), Error);
 }
 

@@ -104,7 +104,7 @@ class CublasLtGemm final : public CudaGemm {
 
 bool hopper_preferred(const GemmShape& shape, Device device) {
   const int sms = multiprocessors(device);
-  if (gemm_prefers_cublaslt(shape.m, shape.n, shape.k, sms)) return false;
+  if (gemm_prefers_cublaslt(shape.m, shape.n, shape.k)) return false;
   return bool(hopper_kernel(shape, choose_gemm_config(shape.m, shape.n, shape.k, sms).tile));
 }
 
