@@ -42,11 +42,13 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
                       "plan.fused = true: expected a context with a symmetric heap");
   }
   validate_plan(plan, ctx.heap ? ctx.heap->num_signal_slots() : 0);
-  // Fused plans run on the cpu backend only until the GEMM building block with its hooks exists.
+  // Fused plans run on the cpu backend; on GPUs the fused AllGather+GEMM kernel runs in
+  // TpLoopback (one GPU) until its symmetric-heap wiring across GPUs exists.
   TESSERA_CHECK(ctx.backend == Backend::kCpu || !plan.fused, ErrorCode::kUnsupported,
                 "plan.fused = true on the ", backend_name(ctx.backend),
-                " backend: the fused kernels are not built yet; expected an unfused plan "
-                "(TpPlanOptions::Fuse::kUnfused) or the cpu backend");
+                " backend: fused operations across GPUs are not wired yet (one GPU: "
+                "TpLoopback); expected an unfused plan (TpPlanOptions::Fuse::kUnfused) or the "
+                "cpu backend");
   shapes = rank_shapes(r, rank);
   if (plan.fused)
     signals = SignalSlots(*ctx.heap, num_signal_slots(plan), "tensor-parallel operation");

@@ -13,8 +13,9 @@
 // the other. Every wait is bounded by the heap's timeout and names the rank waited for.
 //
 // Backends: cpu (rank threads, a float32 tile GEMM: the protocol CI checks, fused and unfused);
-// cuda runs unfused plans (cuBLASLt and NCCL) and refuses fused ones with kUnsupported until
-// the GEMM building block with its hooks exists.
+// cuda runs unfused plans (cuBLASLt and NCCL) and refuses fused ones with kUnsupported: the
+// fused AllGather+GEMM kernel runs on one GPU in TpLoopback (loopback.h) and awaits its
+// symmetric-heap wiring across GPUs; the ReduceScatter/AllToAll epilogue hook is not built.
 #pragma once
 
 #include <memory>
