@@ -1,14 +1,14 @@
 // The Hopper GEMM building block: CUTLASS 4.x collectives for sm90a (TMA loads into a
-// multistage shared-memory pipeline, WGMMA, a warp-specialized cooperative persistent kernel:
-// one producer warp group and two consumer warp groups, which share one CTA tile (cooperative,
+// multistage shared-memory pipeline, WGMMA, a warp-specialized persistent kernel: one producer
+// warp group and two consumer warp groups, which share one CTA tile (cooperative,
 // on a stream-K tile scheduler: data-parallel, stream-K or split-K chosen per launch, partial
 // sums reduced in a fixed order) or take turns on two (ping-pong: one's epilogue runs under the
 // other's mainloop); clusters of two CTAs share an operand by TMA multicast), and an epilogue that
 // adds a per-column bias (d = acc + bias[n]) and stores through TMA.
 //   a [M, K] row-major (K-major); b [N, K] row-major = K-major B (weight_nk), or [K, N]
 //   row-major = N-major B (transposed by the TMA/WGMMA path for 16-bit types); d [M, N].
-// Tensor-parallel hooks (tile order, a prologue signal wait, stores to a peer with a signal)
-// are still to come; this is the plain GEMM they will extend, measured against cuBLASLt.
+// The tensor-parallel kernels (kernels/tp/) reuse these traits with a tile scheduler of their
+// own (SchedulerTag_), which carries the tile-order and arrival-wait hooks.
 #pragma once
 
 #include <cuda_runtime.h>
