@@ -6,6 +6,7 @@
 #include "gemm/gemm_backend.h"
 #include "gemm/reference_gemm.h"
 #include "tessera/core/error.h"
+#include "tessera/gemm/gemm_config.h"
 
 namespace tessera::gemm {
 
@@ -58,6 +59,7 @@ Gemm::Gemm(const GemmShape& shape, Device device, GemmImpl impl,
                     ": expected bf16, f16 or f32");
   TESSERA_CHECK_ARG(is_gemm_dtype(shape.out_dtype), "out_dtype = ", dtype_name(shape.out_dtype),
                     ": expected bf16, f16 or f32");
+  if (hopper_config) validate_gemm_config(*hopper_config, "hopper_config");
   impl_->shape = shape;
   impl_->device = device;
   if (!device.is_cuda()) {

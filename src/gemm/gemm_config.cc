@@ -1,7 +1,9 @@
 // Names of Hopper GEMM configurations and the rule that picks one (gemm_config.h).
 #include "tessera/gemm/gemm_config.h"
 
+#include <algorithm>
 #include <charconv>
+#include <iterator>
 
 #include "tessera/core/error.h"
 
@@ -28,6 +30,16 @@ const char* tile_name(GemmTile tile) {
 
 bool ping_pong(GemmTile tile) {
   return tile == GemmTile::k64x256PingPong || tile == GemmTile::k128x128PingPong;
+}
+
+// The constraints every configuration meets (the kernels refuse the others at launch).
+bool valid(const GemmConfig& c) {
+  const bool tile_ok = std::find(std::begin(kTiles), std::end(kTiles), c.tile) != std::end(kTiles);
+  const bool splits_ok =
+      c.split == GemmSplit::kSplitK ? c.splits >= 2 && c.splits <= 16 : c.splits == 1;
+  const bool swizzle_ok = c.swizzle == 1 || c.swizzle == 2 || c.swizzle == 4 || c.swizzle == 8;
+  return tile_ok && splits_ok && swizzle_ok &&
+         (!ping_pong(c.tile) || c.split == GemmSplit::kDataParallel);
 }
 
 int parse_int(std::string_view text) {
@@ -73,14 +85,19 @@ GemmConfig parse_gemm_config(std::string_view text, std::string_view what) {
   } else if (split.size() >= 2 && split[0] == 'k') {
     c.split = GemmSplit::kSplitK;
     c.splits = parse_int(split.substr(1));
-    if (c.splits < 2 || c.splits > 16) refuse();
   } else {
     refuse();
   }
   c.swizzle = swizzle.size() >= 2 && swizzle[0] == 's' ? parse_int(swizzle.substr(1)) : -1;
-  if (c.swizzle != 1 && c.swizzle != 2 && c.swizzle != 4 && c.swizzle != 8) refuse();
-  if (ping_pong(c.tile) && c.split != GemmSplit::kDataParallel) refuse();
+  if (!valid(c)) refuse();
   return c;
+}
+
+void validate_gemm_config(const GemmConfig& c, std::string_view what) {
+  TESSERA_CHECK_ARG(valid(c), what, ": tile ", int(c.tile), ", split ", int(c.split), ", splits ",
+                    c.splits, ", swizzle ", c.swizzle,
+                    ": expected a known tile, splits 2 to 16 with split-K (else 1), swizzle 1, "
+                    "2, 4 or 8, and data-parallel for the ping-pong tiles");
 }
 
 std::vector<GemmConfig> gemm_config_candidates() {

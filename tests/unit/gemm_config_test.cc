@@ -30,6 +30,16 @@ TEST(GemmConfig, BadNamesAreRefusedNamingTheArgument) {
   }
 }
 
+TEST(GemmConfig, ConfigurationsBuiltByHandAreValidated) {
+  for (const GemmConfig& c : gemm_config_candidates())
+    EXPECT_NO_THROW(validate_gemm_config(c, "c"));
+  EXPECT_THROW(validate_gemm_config({GemmTile::k64x256PingPong, GemmSplit::kStreamK, 1, 1}, "c"),
+               Error);
+  EXPECT_THROW(validate_gemm_config({GemmTile::k128x256, GemmSplit::kSplitK, 1, 1}, "c"), Error);
+  EXPECT_THROW(validate_gemm_config({GemmTile::k128x256, GemmSplit::kDataParallel, 1, 3}, "c"),
+               Error);
+}
+
 TEST(GemmConfig, RuleFollowsTheSweep) {
   const int sms = 132;
   // 8192^3, a long K loop: 128 x 256 tiles, stream-K for the last wave.

@@ -35,6 +35,8 @@ struct GemmConfig {
 std::string gemm_config_name(const GemmConfig& config);
 // The inverse; throws kInvalidArgument naming `what` and the expected form.
 GemmConfig parse_gemm_config(std::string_view text, std::string_view what);
+// Throws kInvalidArgument naming `what` unless the configuration exists (parse's constraints).
+void validate_gemm_config(const GemmConfig& config, std::string_view what);
 // Every configuration the bench sweeps.
 std::vector<GemmConfig> gemm_config_candidates();
 // The rule: the configuration for an M x N x K problem on a device of `sms` multiprocessors.
