@@ -1,0 +1,68 @@
+// LlamaModel: a Llama-family decoder (Llama 2/3, Qwen2.5) on the cpu backend, float32, on one
+// tensor-parallel rank of P: embedding, the decoder layers (LlamaLayer), the final RMSNorm and
+// lm_head, over a PagedKvCache holding this rank's KV heads. Embedding and lm_head are
+// replicated, so every rank returns the full logits; ranks must make the same calls in the same
+// order (the layers all-reduce).
+//
+// forward() runs any mix of prefill and decode: each sequence appends its new tokens after
+// what it has cached. generate_greedy() is prefill then argmax decoding.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "tessera/comm/communicator.h"
+#include "tessera/model/llama_layer.h"
+#include "tessera/model/llama_weights.h"
+#include "tessera/model/paged_kv_cache.h"
+#include "tessera/runtime/stream.h"
+
+namespace tessera::model {
+
+struct KvCacheSize {
+  int64_t page_size = 16;
+  int64_t num_pages = 64;
+};
+
+struct SequenceTokens {
+  int64_t seq_id = 0;
+  std::vector<int32_t> tokens;  // new tokens, each in [0, vocab_size)
+};
+
+class LlamaModel {
+ public:
+  // weights: this rank's (random_llama_weights / load_llama_weights for the same config, rank
+  // and P). comm: the tensor-parallel group of P ranks, or null for P = 1.
+  LlamaModel(const DecoderConfig& config, LlamaWeights weights, const KvCacheSize& cache_size,
+             Communicator* comm);
+
+  const LlamaShapes& shapes() const { return shapes_; }
+  PagedKvCache& cache() { return cache_; }
+  int64_t add_sequence() { return cache_.add_sequence(); }
+  void release_sequence(int64_t seq_id) { cache_.release_sequence(seq_id); }
+
+  // Appends each input's tokens to its sequence and returns the logits of every new token,
+  // f32 [T, V] row-major, rows packed in input order. Throws kInvalidArgument naming the input
+  // (unknown or repeated seq_id, a token outside [0, V)) or when the cache is out of pages;
+  // nothing is cached then.
+  std::vector<float> forward(std::span<const SequenceTokens> inputs);
+
+  // Prefill `prompt` (non-empty) in a new sequence, then take the argmax token and feed it back,
+  // `steps` times; returns those `steps` tokens. The sequence is released at the end.
+  std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int64_t steps);
+
+ private:
+  PackedBatch pack(std::span<const SequenceTokens> inputs) const;
+
+  DecoderConfig config_;
+  LlamaShapes shapes_;
+  std::vector<float> embed_, final_norm_, lm_head_;
+  std::vector<float> inv_freq_;
+  std::vector<LlamaLayer> layers_;
+  PagedKvCache cache_;
+  Communicator* comm_ = nullptr;
+  Stream stream_ = Stream::cpu();
+};
+
+}  // namespace tessera::model

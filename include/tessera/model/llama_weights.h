@@ -1,0 +1,50 @@
+// One tensor-parallel rank's weights of a Llama-family decoder (Llama 2/3, Qwen2.5), in float32
+// host memory, laid out as Hugging Face stores them (a linear's weight is [out, in]) and cut to
+// the rank's shard: q/k/v/gate/up keep rows [r out/P, (r+1) out/P) (column-parallel), o/down
+// keep columns [r in/P, (r+1) in/P) (row-parallel, copied contiguous); norms, the embedding
+// and lm_head are replicated.
+//
+// Two sources, one loader: random weights from a seed (each tensor drawn whole from a stream
+// seeded by the seed and the tensor's Hugging Face name, then cut, so every P sees the same
+// model), or a WeightStore (any float dtype, widened to float32).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tessera/model/llama_shapes.h"
+#include "tessera/model/weight_store.h"
+
+namespace tessera::model {
+
+struct LlamaLayerWeights {
+  std::vector<float> input_norm;            // [C]
+  std::vector<float> q, k, v;               // [Hq/P * D, C], [Hkv/P * D, C] x2
+  std::vector<float> q_bias, k_bias, v_bias;  // qkv_bias only (Qwen2): [Hq/P * D], [Hkv/P * D]
+  std::vector<float> o;                     // [C, Hq/P * D]
+  std::vector<float> post_norm;             // [C]
+  std::vector<float> gate, up;              // [F/P, C]
+  std::vector<float> down;                  // [C, F/P]
+};
+
+struct LlamaWeights {
+  LlamaShapes shapes;
+  std::vector<float> embed;  // [V, C]
+  std::vector<LlamaLayerWeights> layers;
+  std::vector<float> final_norm;  // [C]
+  std::vector<float> lm_head;     // [V, C]; a copy of embed when tie_word_embeddings
+};
+
+// Random weights: linears uniform in [-1/sqrt(in), 1/sqrt(in)), the embedding in [-1, 1),
+// norm weights 1 + [-0.1, 0.1), biases [-0.1, 0.1). Deterministic on every platform.
+LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, int rank,
+                                  int ranks);
+
+// The weights named model.embed_tokens.weight, model.layers.{i}.self_attn.{q,k,v,o}_proj.weight
+// (and q/k/v biases), model.layers.{i}.{input,post_attention}_layernorm.weight,
+// model.layers.{i}.mlp.{gate,up,down}_proj.weight, model.norm.weight, lm_head.weight (unless
+// tied). Shapes are checked by the store (errors name the tensor).
+LlamaWeights load_llama_weights(const DecoderConfig& config, const WeightStore& store, int rank,
+                                int ranks);
+
+}  // namespace tessera::model

@@ -1,0 +1,129 @@
+#include "tessera/model/llama_model.h"
+
+#include <set>
+
+#include "linear.h"
+#include "tessera/core/error.h"
+#include "tessera/model/ops.h"
+
+namespace tessera::model {
+namespace {
+
+PagedKvCacheConfig cache_config(const LlamaShapes& s, const KvCacheSize& size) {
+  return {s.num_layers, s.kv_heads, s.head_dim, size.page_size, size.num_pages};
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const DecoderConfig& config, LlamaWeights weights,
+                       const KvCacheSize& cache_size, Communicator* comm)
+    : config_(config),
+      shapes_(weights.shapes),
+      embed_(std::move(weights.embed)),
+      final_norm_(std::move(weights.final_norm)),
+      lm_head_(std::move(weights.lm_head)),
+      inv_freq_(rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling)),
+      cache_(cache_config(weights.shapes, cache_size)),
+      comm_(comm) {
+  const LlamaShapes expected = llama_shapes(config, shapes_.rank, shapes_.ranks);
+  TESSERA_CHECK_ARG(expected.q_heads == shapes_.q_heads && expected.kv_heads == shapes_.kv_heads &&
+                        expected.intermediate == shapes_.intermediate &&
+                        expected.hidden == shapes_.hidden && expected.vocab == shapes_.vocab &&
+                        int64_t(weights.layers.size()) == expected.num_layers,
+                    "LlamaModel: weights: made for another configuration than `config`");
+  const int64_t c = shapes_.hidden, v = shapes_.vocab;
+  TESSERA_CHECK_ARG(int64_t(embed_.size()) == v * c && int64_t(lm_head_.size()) == v * c &&
+                        int64_t(final_norm_.size()) == c,
+                    "LlamaModel: weights: embed_tokens and lm_head expected ", v, " x ", c,
+                    ", norm ", c, " elements");
+  TESSERA_CHECK_ARG((comm == nullptr && shapes_.ranks == 1) ||
+                        (comm != nullptr && comm->size() == shapes_.ranks &&
+                         comm->rank() == shapes_.rank),
+                    "LlamaModel: comm: expected the group of rank ", shapes_.rank, " of ",
+                    shapes_.ranks, " (null for one rank)");
+  layers_.reserve(weights.layers.size());
+  for (size_t i = 0; i < weights.layers.size(); ++i)
+    layers_.emplace_back(config, shapes_, int64_t(i), std::move(weights.layers[i]), &inv_freq_);
+}
+
+PackedBatch LlamaModel::pack(std::span<const SequenceTokens> inputs) const {
+  PackedBatch batch;
+  std::set<int64_t> seen;
+  int64_t pages_needed = 0;
+  const int64_t page = cache_.config().page_size;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const SequenceTokens& in = inputs[i];
+    TESSERA_CHECK_ARG(cache_.contains(in.seq_id), "LlamaModel::forward: inputs[", i,
+                      "].seq_id = ", in.seq_id, ": no such sequence (add_sequence() first)");
+    TESSERA_CHECK_ARG(seen.insert(in.seq_id).second, "LlamaModel::forward: inputs[", i,
+                      "].seq_id = ", in.seq_id, ": repeated in one batch");
+    for (size_t j = 0; j < in.tokens.size(); ++j) {
+      TESSERA_CHECK_ARG(in.tokens[j] >= 0 && in.tokens[j] < shapes_.vocab,
+                        "LlamaModel::forward: inputs[", i, "].tokens[", j, "] = ", in.tokens[j],
+                        ": expected in [0, ", shapes_.vocab, ")");
+    }
+    const int64_t start = cache_.length(in.seq_id), n = int64_t(in.tokens.size());
+    const int64_t have = int64_t(cache_.page_table(in.seq_id).size());
+    pages_needed += std::max<int64_t>(0, (start + n + page - 1) / page - have);
+    batch.sequences.push_back({in.seq_id, start, n, batch.total_tokens()});
+    for (int64_t p = start; p < start + n; ++p) batch.positions.push_back(int32_t(p));
+  }
+  // Checked for the whole batch first, so a batch that does not fit caches nothing.
+  TESSERA_CHECK_ARG(pages_needed <= cache_.free_pages(), "LlamaModel::forward: out of KV cache "
+                    "pages: the batch needs ", pages_needed, " more, ", cache_.free_pages(),
+                    " of ", cache_.config().num_pages, " are free");
+  return batch;
+}
+
+std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs) {
+  const PackedBatch batch = pack(inputs);
+  for (const PackedSequence& s : batch.sequences) cache_.extend(s.seq_id, s.num_tokens);
+  const int64_t t = batch.total_tokens(), c = shapes_.hidden, v = shapes_.vocab;
+  const Device cpu = Device::cpu();
+  std::vector<int32_t> ids;
+  ids.reserve(size_t(t));
+  for (const SequenceTokens& in : inputs) ids.insert(ids.end(), in.tokens.begin(), in.tokens.end());
+  std::vector<float> x(size_t(t * c)), residual(size_t(t * c), 0.0f);
+  if (t == 0) return {};
+  embedding(TensorView(ids.data(), DType::kI32, cpu, {t}),
+            TensorView(embed_.data(), DType::kF32, cpu, {v, c}),
+            TensorView(x.data(), DType::kF32, cpu, {t, c}), stream_);
+  for (const LlamaLayer& layer : layers_) layer.forward(batch, x, residual, cache_, comm_, stream_);
+  std::vector<float> h(size_t(t * c)), logits(size_t(t * v));
+  const TensorView res(residual.data(), DType::kF32, cpu, {t, c});
+  rms_norm(TensorView(x.data(), DType::kF32, cpu, {t, c}), {res, res},
+           TensorView(final_norm_.data(), DType::kF32, cpu, {c}), float(config_.rms_norm_eps),
+           TensorView(h.data(), DType::kF32, cpu, {t, c}), stream_);
+  linear(h.data(), t, c, lm_head_, {}, logits.data(), v, stream_);
+  return logits;
+}
+
+std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt,
+                                                 int64_t steps) {
+  TESSERA_CHECK_ARG(!prompt.empty(), "LlamaModel::generate_greedy: prompt: expected >= 1 token");
+  TESSERA_CHECK_ARG(steps >= 0, "LlamaModel::generate_greedy: steps = ", steps,
+                    ": expected >= 0");
+  const int64_t seq = add_sequence();
+  std::vector<int32_t> generated;
+  SequenceTokens input{seq, prompt};
+  const Device cpu = Device::cpu();
+  try {
+    for (int64_t step = 0; step < steps; ++step) {
+      std::vector<float> logits = forward(std::span(&input, 1));
+      const int64_t rows = int64_t(input.tokens.size());
+      int32_t next = 0;
+      argmax(TensorView(logits.data() + (rows - 1) * shapes_.vocab, DType::kF32, cpu,
+                        {1, shapes_.vocab}),
+             TensorView(&next, DType::kI32, cpu, {1}), stream_);
+      generated.push_back(next);
+      input.tokens = {next};
+    }
+  } catch (...) {
+    release_sequence(seq);
+    throw;
+  }
+  release_sequence(seq);
+  return generated;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,118 @@
+#include "tessera/model/llama_weights.h"
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "tessera/core/error.h"
+
+namespace tessera::model {
+namespace {
+
+enum class Split { kWhole, kRows, kColumns };
+
+// What a loader asks a source for: the tensor's name, its full shape and this rank's split.
+using TensorSource =
+    std::function<std::vector<float>(const std::string& name, int64_t rows, int64_t cols, Split)>;
+
+// The part of a full [rows, cols] tensor that `split` gives `rank`, contiguous.
+std::vector<float> cut(const std::vector<float>& full, int64_t rows, int64_t cols, Split split,
+                       int rank, int ranks) {
+  if (split == Split::kWhole) return full;
+  const int64_t out_rows = split == Split::kRows ? rows / ranks : rows;
+  const int64_t out_cols = split == Split::kColumns ? cols / ranks : cols;
+  const int64_t row0 = split == Split::kRows ? rank * out_rows : 0;
+  const int64_t col0 = split == Split::kColumns ? rank * out_cols : 0;
+  std::vector<float> part(size_t(out_rows * out_cols));
+  for (int64_t i = 0; i < out_rows; ++i) {
+    for (int64_t j = 0; j < out_cols; ++j)
+      part[size_t(i * out_cols + j)] = full[size_t((row0 + i) * cols + col0 + j)];
+  }
+  return part;
+}
+
+uint64_t name_hash(const std::string& name) {  // FNV-1a: the same on every platform
+  uint64_t h = 1469598103934665603ull;
+  for (char c : name) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ull;
+  return h;
+}
+
+LlamaWeights load(const DecoderConfig& config, int rank, int ranks, const TensorSource& source) {
+  LlamaWeights w;
+  w.shapes = llama_shapes(config, rank, ranks);
+  const LlamaShapes& s = w.shapes;
+  const int64_t c = s.hidden, q_out = config.num_attention_heads * s.head_dim;
+  const int64_t kv_out = config.num_key_value_heads * s.head_dim, f = config.intermediate_size;
+  w.embed = source("model.embed_tokens.weight", s.vocab, c, Split::kWhole);
+  for (int64_t i = 0; i < s.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LlamaLayerWeights l;
+    l.input_norm = source(p + "input_layernorm.weight", 1, c, Split::kWhole);
+    l.q = source(p + "self_attn.q_proj.weight", q_out, c, Split::kRows);
+    l.k = source(p + "self_attn.k_proj.weight", kv_out, c, Split::kRows);
+    l.v = source(p + "self_attn.v_proj.weight", kv_out, c, Split::kRows);
+    if (config.qkv_bias) {
+      l.q_bias = source(p + "self_attn.q_proj.bias", q_out, 1, Split::kRows);
+      l.k_bias = source(p + "self_attn.k_proj.bias", kv_out, 1, Split::kRows);
+      l.v_bias = source(p + "self_attn.v_proj.bias", kv_out, 1, Split::kRows);
+    }
+    l.o = source(p + "self_attn.o_proj.weight", c, q_out, Split::kColumns);
+    l.post_norm = source(p + "post_attention_layernorm.weight", 1, c, Split::kWhole);
+    l.gate = source(p + "mlp.gate_proj.weight", f, c, Split::kRows);
+    l.up = source(p + "mlp.up_proj.weight", f, c, Split::kRows);
+    l.down = source(p + "mlp.down_proj.weight", c, f, Split::kColumns);
+    w.layers.push_back(std::move(l));
+  }
+  w.final_norm = source("model.norm.weight", 1, c, Split::kWhole);
+  w.lm_head = config.tie_word_embeddings ? w.embed
+                                         : source("lm_head.weight", s.vocab, c, Split::kWhole);
+  return w;
+}
+
+}  // namespace
+
+LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, int rank,
+                                  int ranks) {
+  return load(config, rank, ranks,
+              [&](const std::string& name, int64_t rows, int64_t cols, Split split) {
+                std::mt19937_64 rng(seed ^ name_hash(name));
+                // 24 random bits to [0, 1): exact in float, unlike std's distributions, which
+                // differ between standard libraries.
+                const auto uniform = [&] { return float(rng() >> 40) * 0x1p-24f; };
+                const bool norm = name.ends_with("norm.weight"), bias = name.ends_with(".bias");
+                const bool embed = name == "model.embed_tokens.weight";
+                const float scale = norm || bias ? 0.1f
+                                    : embed      ? 1.0f
+                                                 : 1.0f / std::sqrt(float(cols));
+                std::vector<float> full(size_t(rows * cols));
+                for (float& x : full) x = (norm ? 1.0f : 0.0f) + scale * (2.0f * uniform() - 1.0f);
+                return cut(full, rows, cols, split, rank, ranks);
+              });
+}
+
+LlamaWeights load_llama_weights(const DecoderConfig& config, const WeightStore& store, int rank,
+                                int ranks) {
+  return load(config, rank, ranks,
+              [&](const std::string& name, int64_t rows, int64_t cols, Split split) {
+                const DType dtype = store.tensor(name).dtype();
+                const bool vector = rows == 1 || cols == 1;
+                const TensorShard shard = split == Split::kRows      ? TensorShard::rows(rank, ranks)
+                                          : split == Split::kColumns ? TensorShard::columns(rank, ranks)
+                                                                     : TensorShard::whole();
+                const TensorView t =
+                    vector ? store.tensor(name, {rows * cols}, dtype, shard)
+                           : store.tensor(name, {rows, cols}, dtype, shard);
+                std::vector<float> out(size_t(t.numel()));
+                const int64_t out_cols = t.ndim() == 2 ? t.size(1) : 1;
+                const int64_t col_stride = t.ndim() == 2 ? t.stride(1) : 0;
+                for (int64_t i = 0; i < t.size(0); ++i) {
+                  for (int64_t j = 0; j < out_cols; ++j)
+                    out[size_t(i * out_cols + j)] =
+                        load_as_float(t.data(), dtype, i * t.stride(0) + j * col_stride);
+                }
+                return out;
+              });
+}
+
+}  // namespace tessera::model
