@@ -30,7 +30,12 @@ LlamaShapes llama_shapes(const DecoderConfig& config, int rank, int ranks) {
                       ": expected a multiple of the ", ranks, " tensor-parallel ranks");
   };
   divisible(config.num_attention_heads, "num_attention_heads");
-  divisible(config.num_key_value_heads, "num_key_value_heads");
+  // Fewer KV heads than ranks (GQA at high P): each KV head is replicated on P / Hkv ranks,
+  // as vLLM and Megatron do, so P must be a multiple of Hkv then.
+  const int64_t kv = config.num_key_value_heads;
+  TESSERA_CHECK_ARG(kv % ranks == 0 || ranks % kv == 0, "DecoderConfig.num_key_value_heads = ",
+                    kv, ": expected a multiple of the ", ranks,
+                    " tensor-parallel ranks or a divisor of them (then replicated)");
   divisible(config.intermediate_size, "intermediate_size");
   TESSERA_CHECK(!config.o_bias, ErrorCode::kUnsupported,
                 "DecoderConfig.o_bias (attention_bias on o_proj): not supported by the Llama "
@@ -44,7 +49,8 @@ LlamaShapes llama_shapes(const DecoderConfig& config, int rank, int ranks) {
   s.hidden = config.hidden_size;
   s.head_dim = config.head_dim;
   s.q_heads = config.num_attention_heads / ranks;
-  s.kv_heads = config.num_key_value_heads / ranks;
+  s.kv_heads = kv % ranks == 0 ? kv / ranks : 1;
+  s.kv_head_begin = kv % ranks == 0 ? rank * s.kv_heads : rank * kv / ranks;
   s.intermediate = config.intermediate_size / ranks;
   s.vocab = config.vocab_size;
   s.num_layers = config.num_hidden_layers;

@@ -10,20 +10,20 @@
 namespace tessera::model {
 namespace {
 
-enum class Split { kWhole, kRows, kColumns };
+// What a loader asks a source for: the tensor's name, its full shape [rows, cols] and the part
+// this rank keeps.
+using TensorSource = std::function<std::vector<float>(const std::string& name, int64_t rows,
+                                                      int64_t cols, const TensorShard& shard)>;
 
-// What a loader asks a source for: the tensor's name, its full shape and this rank's split.
-using TensorSource =
-    std::function<std::vector<float>(const std::string& name, int64_t rows, int64_t cols, Split)>;
-
-// The part of a full [rows, cols] tensor that `split` gives `rank`, contiguous.
-std::vector<float> cut(const std::vector<float>& full, int64_t rows, int64_t cols, Split split,
-                       int rank, int ranks) {
-  if (split == Split::kWhole) return full;
-  const int64_t out_rows = split == Split::kRows ? rows / ranks : rows;
-  const int64_t out_cols = split == Split::kColumns ? cols / ranks : cols;
-  const int64_t row0 = split == Split::kRows ? rank * out_rows : 0;
-  const int64_t col0 = split == Split::kColumns ? rank * out_cols : 0;
+// The part of a full [rows, cols] tensor that `shard` gives its rank, contiguous.
+std::vector<float> cut(const std::vector<float>& full, int64_t rows, int64_t cols,
+                       const TensorShard& shard) {
+  if (shard.ranks == 1) return full;
+  const bool by_rows = shard.dim == 0;
+  const int64_t out_rows = by_rows ? rows / shard.ranks : rows;
+  const int64_t out_cols = by_rows ? cols : cols / shard.ranks;
+  const int64_t row0 = by_rows ? shard.rank * out_rows : 0;
+  const int64_t col0 = by_rows ? 0 : shard.rank * out_cols;
   std::vector<float> part(size_t(out_rows * out_cols));
   for (int64_t i = 0; i < out_rows; ++i) {
     for (int64_t j = 0; j < out_cols; ++j)
@@ -44,29 +44,34 @@ LlamaWeights load(const DecoderConfig& config, int rank, int ranks, const Tensor
   const LlamaShapes& s = w.shapes;
   const int64_t c = s.hidden, q_out = config.num_attention_heads * s.head_dim;
   const int64_t kv_out = config.num_key_value_heads * s.head_dim, f = config.intermediate_size;
-  w.embed = source("model.embed_tokens.weight", s.vocab, c, Split::kWhole);
+  const TensorShard whole = TensorShard::whole(), rows = TensorShard::rows(rank, ranks);
+  const TensorShard columns = TensorShard::columns(rank, ranks);
+  // k and v: this rank's KV heads, a row block of Hkv blocks when the heads are replicated.
+  const int64_t kv_blocks = config.num_key_value_heads / s.kv_heads;
+  const TensorShard kv_rows = TensorShard::rows(int(s.kv_head_begin / s.kv_heads), int(kv_blocks));
+  w.embed = source("model.embed_tokens.weight", s.vocab, c, whole);
   for (int64_t i = 0; i < s.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights l;
-    l.input_norm = source(p + "input_layernorm.weight", 1, c, Split::kWhole);
-    l.q = source(p + "self_attn.q_proj.weight", q_out, c, Split::kRows);
-    l.k = source(p + "self_attn.k_proj.weight", kv_out, c, Split::kRows);
-    l.v = source(p + "self_attn.v_proj.weight", kv_out, c, Split::kRows);
+    l.input_norm = source(p + "input_layernorm.weight", 1, c, whole);
+    l.q = source(p + "self_attn.q_proj.weight", q_out, c, rows);
+    l.k = source(p + "self_attn.k_proj.weight", kv_out, c, kv_rows);
+    l.v = source(p + "self_attn.v_proj.weight", kv_out, c, kv_rows);
     if (config.qkv_bias) {
-      l.q_bias = source(p + "self_attn.q_proj.bias", q_out, 1, Split::kRows);
-      l.k_bias = source(p + "self_attn.k_proj.bias", kv_out, 1, Split::kRows);
-      l.v_bias = source(p + "self_attn.v_proj.bias", kv_out, 1, Split::kRows);
+      l.q_bias = source(p + "self_attn.q_proj.bias", q_out, 1, rows);
+      l.k_bias = source(p + "self_attn.k_proj.bias", kv_out, 1, kv_rows);
+      l.v_bias = source(p + "self_attn.v_proj.bias", kv_out, 1, kv_rows);
     }
-    l.o = source(p + "self_attn.o_proj.weight", c, q_out, Split::kColumns);
-    l.post_norm = source(p + "post_attention_layernorm.weight", 1, c, Split::kWhole);
-    l.gate = source(p + "mlp.gate_proj.weight", f, c, Split::kRows);
-    l.up = source(p + "mlp.up_proj.weight", f, c, Split::kRows);
-    l.down = source(p + "mlp.down_proj.weight", c, f, Split::kColumns);
+    l.o = source(p + "self_attn.o_proj.weight", c, q_out, columns);
+    l.post_norm = source(p + "post_attention_layernorm.weight", 1, c, whole);
+    l.gate = source(p + "mlp.gate_proj.weight", f, c, rows);
+    l.up = source(p + "mlp.up_proj.weight", f, c, rows);
+    l.down = source(p + "mlp.down_proj.weight", c, f, columns);
     w.layers.push_back(std::move(l));
   }
-  w.final_norm = source("model.norm.weight", 1, c, Split::kWhole);
+  w.final_norm = source("model.norm.weight", 1, c, whole);
   w.lm_head = config.tie_word_embeddings ? w.embed
-                                         : source("lm_head.weight", s.vocab, c, Split::kWhole);
+                                         : source("lm_head.weight", s.vocab, c, whole);
   return w;
 }
 
@@ -75,7 +80,7 @@ LlamaWeights load(const DecoderConfig& config, int rank, int ranks, const Tensor
 LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, int rank,
                                   int ranks) {
   return load(config, rank, ranks,
-              [&](const std::string& name, int64_t rows, int64_t cols, Split split) {
+              [&](const std::string& name, int64_t rows, int64_t cols, const TensorShard& shard) {
                 std::mt19937_64 rng(seed ^ name_hash(name));
                 // 24 random bits to [0, 1): exact in float, unlike std's distributions, which
                 // differ between standard libraries.
@@ -87,19 +92,16 @@ LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, in
                                                  : 1.0f / std::sqrt(float(cols));
                 std::vector<float> full(size_t(rows * cols));
                 for (float& x : full) x = (norm ? 1.0f : 0.0f) + scale * (2.0f * uniform() - 1.0f);
-                return cut(full, rows, cols, split, rank, ranks);
+                return cut(full, rows, cols, shard);
               });
 }
 
 LlamaWeights load_llama_weights(const DecoderConfig& config, const WeightStore& store, int rank,
                                 int ranks) {
   return load(config, rank, ranks,
-              [&](const std::string& name, int64_t rows, int64_t cols, Split split) {
+              [&](const std::string& name, int64_t rows, int64_t cols, const TensorShard& shard) {
                 const DType dtype = store.tensor(name).dtype();
                 const bool vector = rows == 1 || cols == 1;
-                const TensorShard shard = split == Split::kRows      ? TensorShard::rows(rank, ranks)
-                                          : split == Split::kColumns ? TensorShard::columns(rank, ranks)
-                                                                     : TensorShard::whole();
                 const TensorView t =
                     vector ? store.tensor(name, {rows * cols}, dtype, shard)
                            : store.tensor(name, {rows, cols}, dtype, shard);

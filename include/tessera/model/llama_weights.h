@@ -2,7 +2,7 @@
 // host memory, laid out as Hugging Face stores them (a linear's weight is [out, in]) and cut to
 // the rank's shard: q/k/v/gate/up keep rows [r out/P, (r+1) out/P) (column-parallel), o/down
 // keep columns [r in/P, (r+1) in/P) (row-parallel, copied contiguous); norms, the embedding
-// and lm_head are replicated.
+// and lm_head are replicated, and so are k/v heads when P > num_key_value_heads (llama_shapes).
 //
 // Two sources, one loader: random weights from a seed (each tensor drawn whole from a stream
 // seeded by the seed and the tensor's Hugging Face name, then cut, so every P sees the same
@@ -19,7 +19,7 @@ namespace tessera::model {
 
 struct LlamaLayerWeights {
   std::vector<float> input_norm;            // [C]
-  std::vector<float> q, k, v;               // [Hq/P * D, C], [Hkv/P * D, C] x2
+  std::vector<float> q, k, v;               // [Hq/P * D, C], [kv_heads * D, C] x2
   std::vector<float> q_bias, k_bias, v_bias;  // qkv_bias only (Qwen2): [Hq/P * D], [Hkv/P * D]
   std::vector<float> o;                     // [C, Hq/P * D]
   std::vector<float> post_norm;             // [C]
