@@ -13,16 +13,16 @@ void linear(const float* x, int64_t rows, int64_t in_features, const std::vector
                 in_features);
   if (rows == 0) return;
   const Device cpu = Device::cpu();
-  gemm::GemmShape shape{rows, out_features, in_features, DType::kF32, DType::kF32, true,
-                        !bias.empty()};
+  gemm::GemmShape shape{rows,        out_features, in_features,  DType::kF32,
+                        DType::kF32, true,         !bias.empty()};
   const gemm::Gemm gemm(shape, cpu);
-  const TensorView bias_view = bias.empty() ? TensorView()
-                                            : TensorView(const_cast<float*>(bias.data()),
-                                                         DType::kF32, cpu, {out_features});
-  gemm.run(TensorView(const_cast<float*>(x), DType::kF32, cpu, {rows, in_features}),
-           TensorView(const_cast<float*>(weight.data()), DType::kF32, cpu,
-                      {out_features, in_features}),
-           bias_view, TensorView(out, DType::kF32, cpu, {rows, out_features}), stream);
+  const TensorView bias_view =
+      bias.empty() ? TensorView()
+                   : TensorView(const_cast<float*>(bias.data()), DType::kF32, cpu, {out_features});
+  gemm.run(
+      TensorView(const_cast<float*>(x), DType::kF32, cpu, {rows, in_features}),
+      TensorView(const_cast<float*>(weight.data()), DType::kF32, cpu, {out_features, in_features}),
+      bias_view, TensorView(out, DType::kF32, cpu, {rows, out_features}), stream);
 }
 
 }  // namespace tessera::model

@@ -10,7 +10,6 @@
 namespace tessera::model {
 
 void linear(const float* x, int64_t rows, int64_t in_features, const std::vector<float>& weight,
-            const std::vector<float>& bias, float* out, int64_t out_features,
-            const Stream& stream);
+            const std::vector<float>& bias, float* out, int64_t out_features, const Stream& stream);
 
 }  // namespace tessera::model

@@ -63,11 +63,11 @@ void LlamaLayer::forward(const PackedBatch& batch, std::vector<float>& x,
   const int64_t qw = shapes_.q_width(), kvw = shapes_.kv_width(), f = shapes_.intermediate;
   TESSERA_CHECK_ARG(int64_t(x.size()) == t * c && int64_t(residual.size()) == t * c,
                     "LlamaLayer::forward: x and residual: expected ", t, " x ", c, " floats");
-  TESSERA_CHECK_ARG((comm == nullptr && shapes_.ranks == 1) ||
-                        (comm != nullptr && comm->size() == shapes_.ranks &&
-                         comm->rank() == shapes_.rank),
-                    "LlamaLayer::forward: comm: expected the group of rank ", shapes_.rank, " of ",
-                    shapes_.ranks, " (null for one rank)");
+  TESSERA_CHECK_ARG(
+      (comm == nullptr && shapes_.ranks == 1) ||
+          (comm != nullptr && comm->size() == shapes_.ranks && comm->rank() == shapes_.rank),
+      "LlamaLayer::forward: comm: expected the group of rank ", shapes_.rank, " of ", shapes_.ranks,
+      " (null for one rank)");
   if (t == 0) return;
   const Device cpu = Device::cpu();
   const TensorView res = rows_view(residual, t, c);
@@ -128,8 +128,7 @@ void LlamaLayer::sum_over_ranks(std::vector<float>& partial, std::vector<float>&
   }
   const int64_t n = int64_t(partial.size());
   comm->all_reduce(TensorView(partial.data(), DType::kF32, Device::cpu(), {n}),
-                   TensorView(out.data(), DType::kF32, Device::cpu(), {n}), ReduceOp::kSum,
-                   stream);
+                   TensorView(out.data(), DType::kF32, Device::cpu(), {n}), ReduceOp::kSum, stream);
   comm->synchronize(stream);
 }
 

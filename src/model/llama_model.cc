@@ -36,11 +36,11 @@ LlamaModel::LlamaModel(const DecoderConfig& config, LlamaWeights weights,
                         int64_t(final_norm_.size()) == c,
                     "LlamaModel: weights: embed_tokens and lm_head expected ", v, " x ", c,
                     ", norm ", c, " elements");
-  TESSERA_CHECK_ARG((comm == nullptr && shapes_.ranks == 1) ||
-                        (comm != nullptr && comm->size() == shapes_.ranks &&
-                         comm->rank() == shapes_.rank),
-                    "LlamaModel: comm: expected the group of rank ", shapes_.rank, " of ",
-                    shapes_.ranks, " (null for one rank)");
+  TESSERA_CHECK_ARG(
+      (comm == nullptr && shapes_.ranks == 1) ||
+          (comm != nullptr && comm->size() == shapes_.ranks && comm->rank() == shapes_.rank),
+      "LlamaModel: comm: expected the group of rank ", shapes_.rank, " of ", shapes_.ranks,
+      " (null for one rank)");
   layers_.reserve(weights.layers.size());
   for (size_t i = 0; i < weights.layers.size(); ++i)
     layers_.emplace_back(config, shapes_, int64_t(i), std::move(weights.layers[i]), &inv_freq_);
@@ -69,9 +69,11 @@ PackedBatch LlamaModel::pack(std::span<const SequenceTokens> inputs) const {
     for (int64_t p = start; p < start + n; ++p) batch.positions.push_back(int32_t(p));
   }
   // Checked for the whole batch first, so a batch that does not fit caches nothing.
-  TESSERA_CHECK_ARG(pages_needed <= cache_.free_pages(), "LlamaModel::forward: out of KV cache "
-                    "pages: the batch needs ", pages_needed, " more, ", cache_.free_pages(),
-                    " of ", cache_.config().num_pages, " are free");
+  TESSERA_CHECK_ARG(pages_needed <= cache_.free_pages(),
+                    "LlamaModel::forward: out of KV cache "
+                    "pages: the batch needs ",
+                    pages_needed, " more, ", cache_.free_pages(), " of ", cache_.config().num_pages,
+                    " are free");
   return batch;
 }
 
@@ -101,8 +103,7 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs) {
 std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt,
                                                  int64_t steps) {
   TESSERA_CHECK_ARG(!prompt.empty(), "LlamaModel::generate_greedy: prompt: expected >= 1 token");
-  TESSERA_CHECK_ARG(steps >= 0, "LlamaModel::generate_greedy: steps = ", steps,
-                    ": expected >= 0");
+  TESSERA_CHECK_ARG(steps >= 0, "LlamaModel::generate_greedy: steps = ", steps, ": expected >= 0");
   const int64_t seq = add_sequence();
   std::vector<int32_t> generated;
   SequenceTokens input{seq, prompt};

@@ -6,8 +6,8 @@ namespace tessera::model {
 
 LlamaShapes llama_shapes(const DecoderConfig& config, int rank, int ranks) {
   TESSERA_CHECK_ARG(ranks >= 1, "llama_shapes: ranks = ", ranks, ": expected >= 1");
-  TESSERA_CHECK_ARG(rank >= 0 && rank < ranks, "llama_shapes: rank = ", rank,
-                    ": expected in [0, ", ranks, ")");
+  TESSERA_CHECK_ARG(rank >= 0 && rank < ranks, "llama_shapes: rank = ", rank, ": expected in [0, ",
+                    ranks, ")");
   const auto positive = [](int64_t value, const char* field) {
     TESSERA_CHECK_ARG(value >= 1, "DecoderConfig.", field, " = ", value, ": expected >= 1");
   };
@@ -33,8 +33,8 @@ LlamaShapes llama_shapes(const DecoderConfig& config, int rank, int ranks) {
   // Fewer KV heads than ranks (GQA at high P): each KV head is replicated on P / Hkv ranks,
   // as vLLM and Megatron do, so P must be a multiple of Hkv then.
   const int64_t kv = config.num_key_value_heads;
-  TESSERA_CHECK_ARG(kv % ranks == 0 || ranks % kv == 0, "DecoderConfig.num_key_value_heads = ",
-                    kv, ": expected a multiple of the ", ranks,
+  TESSERA_CHECK_ARG(kv % ranks == 0 || ranks % kv == 0, "DecoderConfig.num_key_value_heads = ", kv,
+                    ": expected a multiple of the ", ranks,
                     " tensor-parallel ranks or a divisor of them (then replicated)");
   divisible(config.intermediate_size, "intermediate_size");
   TESSERA_CHECK(!config.o_bias, ErrorCode::kUnsupported,

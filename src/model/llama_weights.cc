@@ -70,30 +70,27 @@ LlamaWeights load(const DecoderConfig& config, int rank, int ranks, const Tensor
     w.layers.push_back(std::move(l));
   }
   w.final_norm = source("model.norm.weight", 1, c, whole);
-  w.lm_head = config.tie_word_embeddings ? w.embed
-                                         : source("lm_head.weight", s.vocab, c, whole);
+  w.lm_head = config.tie_word_embeddings ? w.embed : source("lm_head.weight", s.vocab, c, whole);
   return w;
 }
 
 }  // namespace
 
-LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, int rank,
-                                  int ranks) {
-  return load(config, rank, ranks,
-              [&](const std::string& name, int64_t rows, int64_t cols, const TensorShard& shard) {
-                std::mt19937_64 rng(seed ^ name_hash(name));
-                // 24 random bits to [0, 1): exact in float, unlike std's distributions, which
-                // differ between standard libraries.
-                const auto uniform = [&] { return float(rng() >> 40) * 0x1p-24f; };
-                const bool norm = name.ends_with("norm.weight"), bias = name.ends_with(".bias");
-                const bool embed = name == "model.embed_tokens.weight";
-                const float scale = norm || bias ? 0.1f
-                                    : embed      ? 1.0f
-                                                 : 1.0f / std::sqrt(float(cols));
-                std::vector<float> full(size_t(rows * cols));
-                for (float& x : full) x = (norm ? 1.0f : 0.0f) + scale * (2.0f * uniform() - 1.0f);
-                return cut(full, rows, cols, shard);
-              });
+LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, int rank, int ranks) {
+  return load(
+      config, rank, ranks,
+      [&](const std::string& name, int64_t rows, int64_t cols, const TensorShard& shard) {
+        std::mt19937_64 rng(seed ^ name_hash(name));
+        // 24 random bits to [0, 1): exact in float, unlike std's distributions, which
+        // differ between standard libraries.
+        const auto uniform = [&] { return float(rng() >> 40) * 0x1p-24f; };
+        const bool norm = name.ends_with("norm.weight"), bias = name.ends_with(".bias");
+        const bool embed = name == "model.embed_tokens.weight";
+        const float scale = norm || bias ? 0.1f : embed ? 1.0f : 1.0f / std::sqrt(float(cols));
+        std::vector<float> full(size_t(rows * cols));
+        for (float& x : full) x = (norm ? 1.0f : 0.0f) + scale * (2.0f * uniform() - 1.0f);
+        return cut(full, rows, cols, shard);
+      });
 }
 
 LlamaWeights load_llama_weights(const DecoderConfig& config, const WeightStore& store, int rank,
@@ -102,9 +99,8 @@ LlamaWeights load_llama_weights(const DecoderConfig& config, const WeightStore& 
               [&](const std::string& name, int64_t rows, int64_t cols, const TensorShard& shard) {
                 const DType dtype = store.tensor(name).dtype();
                 const bool vector = rows == 1 || cols == 1;
-                const TensorView t =
-                    vector ? store.tensor(name, {rows * cols}, dtype, shard)
-                           : store.tensor(name, {rows, cols}, dtype, shard);
+                const TensorView t = vector ? store.tensor(name, {rows * cols}, dtype, shard)
+                                            : store.tensor(name, {rows, cols}, dtype, shard);
                 std::vector<float> out(size_t(t.numel()));
                 const int64_t out_cols = t.ndim() == 2 ? t.size(1) : 1;
                 const int64_t col_stride = t.ndim() == 2 ? t.stride(1) : 0;

@@ -35,7 +35,9 @@ void PagedKvCache::release_sequence(int64_t seq_id) {
   sequences_.erase(seq_id);
 }
 
-int64_t PagedKvCache::length(int64_t seq_id) const { return sequence(seq_id, "length").length; }
+int64_t PagedKvCache::length(int64_t seq_id) const {
+  return sequence(seq_id, "length").length;
+}
 
 const std::vector<int64_t>& PagedKvCache::page_table(int64_t seq_id) const {
   return sequence(seq_id, "page_table").pages;
@@ -49,8 +51,8 @@ void PagedKvCache::extend(int64_t seq_id, int64_t num_tokens) {
   const int64_t new_length = seq.length + num_tokens;
   const int64_t pages_needed = (new_length + config_.page_size - 1) / config_.page_size;
   const int64_t more = pages_needed - int64_t(seq.pages.size());
-  TESSERA_CHECK_ARG(more <= free_pages(), "PagedKvCache::extend: out of pages: sequence ",
-                    seq_id, " needs ", more, " more page(s) of ", config_.page_size,
+  TESSERA_CHECK_ARG(more <= free_pages(), "PagedKvCache::extend: out of pages: sequence ", seq_id,
+                    " needs ", more, " more page(s) of ", config_.page_size,
                     " positions for length ", new_length, ", but ", free_pages(), " of ",
                     config_.num_pages, " are free");
   for (int64_t i = 0; i < more; ++i) {
@@ -64,12 +66,11 @@ void PagedKvCache::write(int64_t layer, int64_t seq_id, int64_t start, const Ten
                          const TensorView& v) {
   const Sequence& seq = sequence(seq_id, "write");
   for (const auto& [t, what] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
-    TESSERA_CHECK_ARG(t->ndim() == 3 && t->size(1) == config_.num_kv_heads &&
-                          t->size(2) == config_.head_dim && t->stride(2) == 1 &&
-                          t->dtype() == DType::kF32 && !t->device().is_cuda(),
-                      "PagedKvCache::write: ", what, " = ", t->to_string(),
-                      ": expected cpu f32 [T, ", config_.num_kv_heads, ", ", config_.head_dim,
-                      "] with unit stride in D");
+    TESSERA_CHECK_ARG(
+        t->ndim() == 3 && t->size(1) == config_.num_kv_heads && t->size(2) == config_.head_dim &&
+            t->stride(2) == 1 && t->dtype() == DType::kF32 && !t->device().is_cuda(),
+        "PagedKvCache::write: ", what, " = ", t->to_string(), ": expected cpu f32 [T, ",
+        config_.num_kv_heads, ", ", config_.head_dim, "] with unit stride in D");
   }
   TESSERA_CHECK_ARG(v.size(0) == k.size(0), "PagedKvCache::write: v has ", v.size(0),
                     " rows, k has ", k.size(0));

@@ -124,9 +124,9 @@ TEST(LlamaModel, WeightsFromASafetensorsFileGiveTheSameModel) {
   std::vector<NamedTensor> entries;
   const auto add = [&](const std::string& name, const std::vector<float>& data,
                        const std::vector<int64_t>& shape) {
-    entries.push_back({name, TensorView::contiguous(const_cast<float*>(data.data()), DType::kF32,
-                                                    Device::cpu(), shape.data(),
-                                                    int(shape.size()))});
+    entries.push_back(
+        {name, TensorView::contiguous(const_cast<float*>(data.data()), DType::kF32, Device::cpu(),
+                                      shape.data(), int(shape.size()))});
   };
   const int64_t c = 64, v = 97;
   add("model.embed_tokens.weight", w.embed, {v, c});

@@ -102,9 +102,10 @@ TEST(PagedKvCache, AttentionOverPagesEqualsAttentionOverGatheredRows) {
       attn::reference_attention(q_view, cache.kv_chunks(1, seq, len, len - lq), scale);
   std::vector<float> k(size_t(len * kHeads * kDim)), v = k;
   cache.gather(1, seq, len, view3(k, len), view3(v, len));
-  const attn::KvChunk whole{TensorView(k.data(), DType::kF32, Device::cpu(), {1, len, kHeads, kDim}),
-                            TensorView(v.data(), DType::kF32, Device::cpu(), {1, len, kHeads, kDim}),
-                            attn::MaskSpec::causal_at(len - lq, 0)};
+  const attn::KvChunk whole{
+      TensorView(k.data(), DType::kF32, Device::cpu(), {1, len, kHeads, kDim}),
+      TensorView(v.data(), DType::kF32, Device::cpu(), {1, len, kHeads, kDim}),
+      attn::MaskSpec::causal_at(len - lq, 0)};
   const auto gathered = attn::reference_attention(q_view, std::span(&whole, 1), scale);
   ASSERT_EQ(paged.o.size(), gathered.o.size());
   for (size_t i = 0; i < paged.o.size(); ++i)

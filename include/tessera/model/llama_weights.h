@@ -18,13 +18,13 @@
 namespace tessera::model {
 
 struct LlamaLayerWeights {
-  std::vector<float> input_norm;            // [C]
-  std::vector<float> q, k, v;               // [Hq/P * D, C], [kv_heads * D, C] x2
+  std::vector<float> input_norm;              // [C]
+  std::vector<float> q, k, v;                 // [Hq/P * D, C], [kv_heads * D, C] x2
   std::vector<float> q_bias, k_bias, v_bias;  // qkv_bias only (Qwen2): [Hq/P * D], [Hkv/P * D]
-  std::vector<float> o;                     // [C, Hq/P * D]
-  std::vector<float> post_norm;             // [C]
-  std::vector<float> gate, up;              // [F/P, C]
-  std::vector<float> down;                  // [C, F/P]
+  std::vector<float> o;                       // [C, Hq/P * D]
+  std::vector<float> post_norm;               // [C]
+  std::vector<float> gate, up;                // [F/P, C]
+  std::vector<float> down;                    // [C, F/P]
 };
 
 struct LlamaWeights {
@@ -37,8 +37,7 @@ struct LlamaWeights {
 
 // Random weights: linears uniform in [-1/sqrt(in), 1/sqrt(in)), the embedding in [-1, 1),
 // norm weights 1 + [-0.1, 0.1), biases [-0.1, 0.1). Deterministic on every platform.
-LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, int rank,
-                                  int ranks);
+LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, int rank, int ranks);
 
 // The weights named model.embed_tokens.weight, model.layers.{i}.self_attn.{q,k,v,o}_proj.weight
 // (and q/k/v biases), model.layers.{i}.{input,post_attention}_layernorm.weight,
