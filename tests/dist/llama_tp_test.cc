@@ -2,7 +2,8 @@
 // columns split, o_proj and down_proj all-reduced): the tiny random model's logits of a packed
 // prefill (lengths 5 and 9) and of batched decode steps match the single-rank run within
 // float32 reduction-order noise, every rank returns the same logits, and greedy generation
-// gives identical tokens; a configuration P does not divide is refused on every rank naming the
+// gives identical tokens (with and without Qwen2-style q/k/v biases, KV heads replicated at
+// P = 4); a configuration P does not divide is refused on every rank naming the
 // field.
 #include <gtest/gtest.h>
 
@@ -50,8 +51,18 @@ std::vector<RankRun> run_ranks(const model::DecoderConfig& config, int ranks) {
   return runs;
 }
 
+void expect_tensor_parallel_matches_one_rank(const model::DecoderConfig& config);
+
 TEST(LlamaTensorParallel, LogitsAndGreedyTokensMatchOneRank) {
-  const model::DecoderConfig config = tiny_llama_config();
+  for (const bool qkv_bias : {false, true}) {  // Llama, then Qwen2-style q/k/v biases
+    SCOPED_TRACE(qkv_bias ? "qkv_bias" : "no bias");
+    model::DecoderConfig config = tiny_llama_config();
+    config.qkv_bias = qkv_bias;
+    expect_tensor_parallel_matches_one_rank(config);
+  }
+}
+
+void expect_tensor_parallel_matches_one_rank(const model::DecoderConfig& config) {
   const RankRun single = run_ranks(config, 1)[0];
   ASSERT_EQ(single.prefill.size(), size_t(14 * 97));
   for (const int ranks : {2, 4}) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "llama_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/model/llama_model.h"
@@ -145,8 +147,9 @@ TEST(LlamaModel, WeightsFromASafetensorsFileGiveTheSameModel) {
   }
   add("model.norm.weight", w.final_norm, {c});
   add("lm_head.weight", w.lm_head, {v, c});
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "tessera_llama_tiny.safetensors").string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tessera_llama_tiny_" + std::to_string(::getpid()) + ".safetensors"))
+                               .string();
   write_safetensors(path, entries);
   const WeightStore store = WeightStore::open(path);
 
