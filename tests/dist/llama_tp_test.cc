@@ -3,8 +3,7 @@
 // prefill (lengths 5 and 9) and of batched decode steps match the single-rank run within
 // float32 reduction-order noise, every rank returns the same logits, and greedy generation
 // gives identical tokens (with and without Qwen2-style q/k/v biases, KV heads replicated at
-// P = 4); a configuration P does not divide is refused on every rank naming the
-// field.
+// P = 4); a configuration P does not divide is refused on every rank naming the field.
 #include <gtest/gtest.h>
 
 #include <mutex>
