@@ -81,9 +81,12 @@ double CostModel::state_pass_us(int64_t bytes) const {
 
 double CostModel::gemm_us(int64_t m, int64_t n, int64_t k, int elem_bytes) const {
   const double md = double(m), flops = 2.0 * md * double(n) * double(k);
-  const double rate = gemm_tflops * md / (md + gemm_m_half);  // TFLOP/s = 1e6 flop per us
+  // TFLOP/s = 1e6 flop per us. No rows (a rank with no share) compute nothing, whatever the
+  // terms: 0 / 0 with gemm_m_half = 0 must not make the estimate NaN.
+  double rate = md > 0 ? gemm_tflops * md / (md + gemm_m_half) : 1.0;
+  if (!(rate > 1e-9)) rate = 1e-9;
   const double bytes = (md * double(k) + double(k) * double(n) + md * double(n)) * elem_bytes;
-  return launch_us + std::max(flops / (std::max(rate, 1e-9) * 1e6), bytes / (hbm_gbps * 1e3));
+  return launch_us + std::max(flops / (rate * 1e6), bytes / (hbm_gbps * 1e3));
 }
 
 CostModel CostModel::for_topology(const Topology& topology) {

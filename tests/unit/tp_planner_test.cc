@@ -3,6 +3,8 @@
 // signal budget respected, forced choices kept.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tessera/core/error.h"
 #include "tessera/tp/planner.h"
 
@@ -116,6 +118,29 @@ TEST(TpPlanner, RefusesBadOptionsAndMismatchedTopology) {
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("topology of 4 ranks"), std::string::npos) << e.what();
+  }
+}
+
+// The fuzzer's finding: with fewer rows than ranks, rank 0 has no rows of an AllToAll, and
+// gemm_m_half = 0 made the GEMM estimate 0 / 0. Every estimate stays a number.
+TEST(TpPlanner, EstimatesStayFiniteWhenARankHasNoRows) {
+  const Topology topo = nvlink_topology(2, 5);
+  sp::CostModel cost = sp::CostModel::for_topology(topo);
+  cost.set("gemm_m_half", 0);
+  EXPECT_EQ(cost.gemm_us(0, 270, 1, 2), cost.gemm_us(0, 270, 1, 2));  // not NaN
+  for (TpOp op : {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter, TpOp::kGemmAllToAll}) {
+    TpRequest r;
+    r.op = op;
+    r.m = 1;
+    r.n = 270;
+    r.k = op == TpOp::kGemmReduceScatter ? 10 : 1;
+    r.world_size = 10;
+    r.num_machines = 2;
+    const TpEstimate e = estimate(plan_tp(r, topo, cost), topo, cost);
+    EXPECT_TRUE(std::isfinite(e.gemm_us) && std::isfinite(e.fused_us) &&
+                std::isfinite(e.unfused_us))
+        << tp_op_name(op) << ": gemm " << e.gemm_us << " fused " << e.fused_us << " unfused "
+        << e.unfused_us;
   }
 }
 

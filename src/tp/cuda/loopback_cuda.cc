@@ -205,10 +205,12 @@ TpLoopback::TpLoopback(const TpPlan& plan, Device gpu) : impl_(std::make_unique<
     for (int c = 0; c < m_clusters; ++c) {
       int64_t key = 0;
       for (int t = c * cluster; t < std::min(im.m_tiles, (c + 1) * cluster); ++t) {
-        const int32_t last_slot = tile_chunks[size_t(2 * t + 1)] - 1;
-        const int s = chunk_source[size_t(last_slot)];
-        const int64_t chunk = last_slot - chunk_signal(plan, s, 0);
-        key = std::max(key, int64_t(place[size_t(s)]) * (int64_t(1) << 32) + chunk);
+        for (int32_t slot = tile_chunks[size_t(2 * t)]; slot < tile_chunks[size_t(2 * t + 1)];
+             ++slot) {
+          const int s = chunk_source[size_t(slot)];
+          const int64_t chunk = slot - chunk_signal(plan, s, 0);
+          key = std::max(key, int64_t(place[size_t(s)]) * (int64_t(1) << 32) + chunk);
+        }
       }
       keyed.push_back({key, c});
     }
