@@ -76,7 +76,7 @@ double CostModel::attention_launch_us(const AttentionShape& shape,
 }
 
 double CostModel::state_pass_us(int64_t bytes) const {
-  return launch_us + double(bytes) / (hbm_gbps * 1e3);
+  return launch_us + (bytes > 0 ? double(bytes) / (hbm_gbps * 1e3) : 0.0);  // no 0 / 0
 }
 
 double CostModel::gemm_us(int64_t m, int64_t n, int64_t k, int elem_bytes) const {

@@ -36,7 +36,8 @@ struct LinkQueue {
   double free_at = 0;
   // Carries `bytes` ready at `ready`; returns when the last byte arrives.
   double carry(double ready, double bytes) {
-    free_at = std::max(free_at, ready) + bytes / (cost.bandwidth_gbps * 1e3);
+    // Nothing to carry takes no time, even on a link of no bandwidth (0 / 0 would be NaN).
+    free_at = std::max(free_at, ready) + (bytes > 0 ? bytes / (cost.bandwidth_gbps * 1e3) : 0.0);
     return free_at + cost.latency_us;
   }
 };
@@ -48,7 +49,8 @@ double collective_us(const TpRequest& r, double total_bytes, const Links& l,
   const double bw = r.num_machines > 1 ? std::min(l.intra.bandwidth_gbps, l.cross.bandwidth_gbps)
                                        : l.intra.bandwidth_gbps;
   const double latency = r.num_machines > 1 ? l.cross.latency_us : l.intra.latency_us;
-  return cost.two_sided_step_us + latency + double(p - 1) / p * total_bytes / (bw * 1e3);
+  const double transfer_us = total_bytes > 0 ? double(p - 1) / p * total_bytes / (bw * 1e3) : 0.0;
+  return cost.two_sided_step_us + latency + transfer_us;
 }
 
 TpEstimate estimate_all_gather(const TpPlan& plan, const Links& l, const sp::CostModel& cost) {
@@ -107,7 +109,8 @@ TpEstimate estimate_scatter(const TpPlan& plan, const Links& l, const sp::CostMo
     // ReduceScatter: the owner's rows, all columns; AllToAll: all rows, the owner's columns.
     const double block_rows = rs ? double(row_range(r.m, p, owner).count) : double(rows);
     const double fraction = rs ? block_rows / double(rows) : 1.0 / p;
-    t += fraction * (e.gemm_us - cost.launch_us) * (1 + cost.gemm_fused_slowdown);
+    // An owner with no rows costs nothing (0 x an infinite GEMM time would be NaN).
+    if (fraction > 0) t += fraction * (e.gemm_us - cost.launch_us) * (1 + cost.gemm_fused_slowdown);
     const double bytes = rs ? block_rows * cols * out_elem : out_bytes / p;
     if (owner == rank) continue;
     const bool remote = owner / g != rank / g;

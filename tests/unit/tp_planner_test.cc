@@ -121,26 +121,32 @@ TEST(TpPlanner, RefusesBadOptionsAndMismatchedTopology) {
   }
 }
 
-// The fuzzer's finding: with fewer rows than ranks, rank 0 has no rows of an AllToAll, and
-// gemm_m_half = 0 made the GEMM estimate 0 / 0. Every estimate stays a number.
+// The fuzzer's findings: with fewer rows than ranks, rank 0 has no rows, and a zero
+// gemm_m_half, HBM or link bandwidth made 0 / 0 of its empty GEMM, copies and transfers.
+// Every estimate stays a number.
 TEST(TpPlanner, EstimatesStayFiniteWhenARankHasNoRows) {
   const Topology topo = nvlink_topology(2, 5);
-  sp::CostModel cost = sp::CostModel::for_topology(topo);
-  cost.set("gemm_m_half", 0);
-  EXPECT_EQ(cost.gemm_us(0, 270, 1, 2), cost.gemm_us(0, 270, 1, 2));  // not NaN
-  for (TpOp op : {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter, TpOp::kGemmAllToAll}) {
-    TpRequest r;
-    r.op = op;
-    r.m = 1;
-    r.n = 270;
-    r.k = op == TpOp::kGemmReduceScatter ? 10 : 1;
-    r.world_size = 10;
-    r.num_machines = 2;
-    const TpEstimate e = estimate(plan_tp(r, topo, cost), topo, cost);
-    EXPECT_TRUE(std::isfinite(e.gemm_us) && std::isfinite(e.fused_us) &&
-                std::isfinite(e.unfused_us))
-        << tp_op_name(op) << ": gemm " << e.gemm_us << " fused " << e.fused_us << " unfused "
-        << e.unfused_us;
+  for (const char* term :
+       {"gemm_m_half", "gemm_tflops", "hbm_gbps", "nvlink_gbps", "network_gbps"}) {
+    sp::CostModel cost = sp::CostModel::for_topology(topo);
+    cost.set(term, std::string(term) == "gemm_m_half"
+                       ? 0.0
+                       : 1e-300);  // times may be infinite, never NaN
+    SCOPED_TRACE(term);
+    for (TpOp op : {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter, TpOp::kGemmAllToAll}) {
+      TpRequest r;
+      r.op = op;
+      r.m = 1;
+      r.n = 270;
+      r.k = op == TpOp::kGemmReduceScatter ? 10 : 1;
+      r.world_size = 10;
+      r.num_machines = 2;
+      const TpEstimate e = estimate(plan_tp(r, topo, cost), topo, cost);
+      EXPECT_TRUE(!std::isnan(e.gemm_us) && !std::isnan(e.fused_us) && !std::isnan(e.unfused_us))
+          << tp_op_name(op) << ": gemm " << e.gemm_us << " fused " << e.fused_us << " unfused "
+          << e.unfused_us;
+      if (std::string(term) == "gemm_m_half") EXPECT_TRUE(std::isfinite(e.fused_us));
+    }
   }
 }
 
