@@ -42,26 +42,27 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
                       "plan.fused = true: expected a context with a symmetric heap");
   }
   validate_plan(plan, ctx.heap ? ctx.heap->num_signal_slots() : 0);
-  // Fused plans run on the cpu backend; on GPUs the fused AllGather+GEMM kernel runs in
-  // TpLoopback (one GPU) until its symmetric-heap wiring across GPUs exists.
-  TESSERA_CHECK(ctx.backend == Backend::kCpu || !plan.fused, ErrorCode::kUnsupported,
-                "plan.fused = true on the ", backend_name(ctx.backend),
-                " backend: fused operations across GPUs are not wired yet (one GPU: "
-                "TpLoopback); expected an unfused plan (TpPlanOptions::Fuse::kUnfused) or the "
-                "cpu backend");
+  // On GPUs the fused AllGather+GEMM runs inside one machine; the ReduceScatter and AllToAll
+  // epilogue hook is not built.
+  if (plan.fused && ctx.backend == Backend::kCuda) {
+#ifdef TESSERA_WITH_CUDA
+    detail::check_cuda_fused_supported(plan);
+#endif
+  }
   shapes = rank_shapes(r, rank);
   if (plan.fused)
     signals = SignalSlots(*ctx.heap, num_signal_slots(plan), "tensor-parallel operation");
   check_same_plan_everywhere();
-  if (plan.fused) {
-    allocate_fused();
-  } else if (ctx.backend == Backend::kCuda) {
+  if (plan.fused) allocate_fused();
 #ifdef TESSERA_WITH_CUDA
-    cuda_unfused = detail::make_cuda_unfused_pair(ctx, plan);
-#endif
-  } else {
-    allocate_unfused();
+  if (ctx.backend == Backend::kCuda) {
+    cuda_runner = plan.fused
+                      ? detail::make_cuda_fused_all_gather(ctx, plan, gathered, signals.base())
+                      : detail::make_cuda_unfused_pair(ctx, plan);
+    return;
   }
+#endif
+  if (!plan.fused) allocate_unfused();
 }
 
 void TpOperation::Impl::check_same_plan_everywhere() {
@@ -169,7 +170,7 @@ void TpOperation::run(const TensorView& a, const TensorView& b, const TensorView
                     backend_name(im.ctx.backend), " stream");
   const RunArgs args{a, b, bias, out, stream};
 #ifdef TESSERA_WITH_CUDA
-  if (im.cuda_unfused) return im.cuda_unfused->run(a, b, bias, out, stream);
+  if (im.cuda_runner) return im.cuda_runner->run(a, b, bias, out, stream);
 #endif
   if (!im.plan.fused) return im.run_unfused(args);
   switch (r.op) {

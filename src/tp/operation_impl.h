@@ -36,7 +36,7 @@ struct TpOperation::Impl {
   // Unfused: padded send/receive buffers for the Communicator's collectives.
   Buffer send, recv, product;
 #ifdef TESSERA_WITH_CUDA
-  std::unique_ptr<detail::CudaUnfusedPair> cuda_unfused;  // unfused plans on cuda
+  std::unique_ptr<detail::CudaTpRunner> cuda_runner;  // every plan the cuda backend runs
 #endif
   std::vector<float> acc, gemm_scratch;
   std::vector<std::byte> tile_bytes;

@@ -10,16 +10,26 @@
 namespace tessera::tp::detail {
 
 #ifdef TESSERA_WITH_CUDA
-// The unfused pair on cuda: cuBLASLt GEMMs and the Communicator's (NCCL) collectives, planned
-// once (descriptors, algorithms, padded buffers), run on the caller's stream without
-// allocating or synchronizing.
-class CudaUnfusedPair {
+// A plan on cuda, set up once (descriptors, algorithms, buffers, tables), run on the caller's
+// stream without allocating or synchronizing.
+class CudaTpRunner {
  public:
-  virtual ~CudaUnfusedPair() = default;
+  virtual ~CudaTpRunner() = default;
   virtual void run(const TensorView& a, const TensorView& b, const TensorView& bias,
                    const TensorView& out, const Stream& stream) = 0;
 };
-std::unique_ptr<CudaUnfusedPair> make_cuda_unfused_pair(RankContext& ctx, const TpPlan& plan);
+// The unfused pair: cuBLASLt GEMMs and the Communicator's (NCCL) collectives.
+std::unique_ptr<CudaTpRunner> make_cuda_unfused_pair(RankContext& ctx, const TpPlan& plan);
+// Throws kUnsupported naming what is not built when the cuda backend cannot run fused `plan`.
+void check_cuda_fused_supported(const TpPlan& plan);
+// Fused AllGather+GEMM across the GPUs of one machine (fused_all_gather_cuda.cc): each rank's
+// rows pushed by copy engine into every peer's `gathered` buffer on the symmetric heap, a
+// stream-written signal per communication chunk, the GEMM kernel waiting per row tile.
+// Throws kUnsupported naming what is not built (check_ag_gemm_kernel_supports, a peer the
+// heap cannot reach by load/store or an emulated machine's paced peer).
+std::unique_ptr<CudaTpRunner> make_cuda_fused_all_gather(RankContext& ctx, const TpPlan& plan,
+                                                         const SymmetricBuffer& gathered,
+                                                         int signal_base);
 #endif
 
 }  // namespace tessera::tp::detail

@@ -8,7 +8,11 @@
 // float32 accumulation, rounded partials) and counts the wrong ones. Times: an event pair
 // around each iteration after a barrier, median per rank, slowest rank reported.
 // `--shrink F` divides N and K by F (cpu runs of the real layer shapes would take minutes).
-// Fused plans run on the cpu backend only until the Hopper GEMM with its hooks exists.
+// Weights are [N, K] (nn.Linear's layout). On cuda the fused rows are AllGather+GEMM's (the
+// ReduceScatter and AllToAll epilogue is not built), and each case also times this rank's GEMM
+// alone (gemm::Gemm, kAuto: the faster of Tessera's kernel and cuBLASLt) for the Flux paper's
+// metrics: effective communication time = fused - GEMM alone; overlap efficiency =
+// (unfused - fused) / (unfused - GEMM alone).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,6 +25,7 @@
 #include "rank_launch.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
+#include "tessera/gemm/gemm.h"
 #include "tessera/runtime/memory.h"
 #include "tessera/tp/model_shapes.h"
 #include "tessera/tp/operation.h"
@@ -108,6 +113,43 @@ class TpBench {
     m.wrong = int64_t(sum_across_ranks(ctx_, double(m.wrong)));
     m.checked = int64_t(sum_across_ranks(ctx_, double(m.checked)));
     return m;
+  }
+
+  // This rank's GEMM of an AllGather+GEMM alone on the gathered rows: [M, K] x [N/P, K]^T.
+  double gemm_alone_us(const tp::TpRequest& r) {
+    gemm::GemmShape shape;
+    shape.m = r.m;
+    shape.n = r.n / r.world_size;
+    shape.k = r.k;
+    shape.dtype = r.dtype;
+    shape.out_dtype = r.out_dtype;
+    shape.weight_nk = true;
+    const gemm::Gemm gemm(shape, ctx_.device);
+    // The operation's own values (zeros would run the tensor cores cooler and faster).
+    Tensor a = fill(shape.m, shape.k, r.dtype, [&](int64_t i, int64_t j) {
+      return value(Operand::kA, i, j, r.dtype);
+    });
+    Tensor b = fill(shape.n, shape.k, r.dtype, [&](int64_t i, int64_t j) {
+      return value(Operand::kW, j, i, r.dtype);
+    });
+    Tensor out = Tensor::empty({shape.m, shape.n}, r.out_dtype, ctx_.device);
+    const Stream& st = ctx_.stream;
+    auto once = [&] {
+      gemm.run(TensorView(a.data(), r.dtype, ctx_.device, {shape.m, shape.k}),
+               TensorView(b.data(), r.dtype, ctx_.device, {shape.n, shape.k}), TensorView(),
+               out.view(), st);
+    };
+    for (int i = 0; i < int(opt_.integer("warmup")); ++i) once();
+    std::vector<double> us;
+    for (int i = 0; i < int(opt_.integer("iters")); ++i) {
+      Event start = Event::create(st, true), end = Event::create(st, true);
+      start.record(st);
+      once();
+      end.record(st);
+      st.synchronize();
+      us.push_back(1000.0 * end.elapsed_ms_since(start));
+    }
+    return max_across_ranks(ctx_, median(us));
   }
 
  private:
@@ -232,10 +274,11 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
     const std::string topo = topology_label(ctx.topology);
     if (ctx.rank == 0) {
       std::printf(
-          "# tessera bench tp: %d ranks, %s, backend %s%s\n# %-40s %-15s %6s %11s %9s %8s\n",
+          "# tessera bench tp: %d ranks, %s, backend %s%s\n# %-40s %-15s %6s %11s %9s %8s %9s "
+          "%7s\n",
           ctx.size, topo.c_str(), backend_name(ctx.backend),
           shrink > 1 ? str(", N and K / ", shrink).c_str() : "", "case", "impl", "M", "median_us",
-          "TFLOP/s", "#wrong");
+          "TFLOP/s", "#wrong", "gemm_us", "overlap");
     }
     std::vector<BenchRecord> records;
     int64_t total_wrong = 0;
@@ -249,9 +292,19 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
         request.k = std::max<int64_t>(layer.k / shrink / ctx.size, 1) * ctx.size;
         request.world_size = ctx.size;
         request.num_machines = ctx.topology.num_machines();
+        request.weight_layout = tp::WeightLayout::kNK;
+        const std::string name = str(tp::tp_op_name(layer.op), " ", layer.model,
+                                     shrink > 1 ? str("/", shrink) : std::string(), " ",
+                                     layer.layer, " tp", ctx.size, " M", m);
+        const bool on_cuda = ctx.backend == Backend::kCuda;
+        const double gemm_us = on_cuda && layer.op == tp::TpOp::kAllGatherGemm
+                                   ? bench.gemm_alone_us(request)
+                                   : 0.0;
+        std::vector<BenchRecord> of_case;
         for (const std::string& impl : impls) {
           const bool fused = impl == "fused";
-          if (fused && ctx.backend == Backend::kCuda) continue;  // kernels still to come
+          // On cuda only AllGather+GEMM has its fused kernel.
+          if (fused && on_cuda && layer.op != tp::TpOp::kAllGatherGemm) continue;
           tp::TpPlanOptions options;
           options.fuse =
               fused ? tp::TpPlanOptions::Fuse::kFused : tp::TpPlanOptions::Fuse::kUnfused;
@@ -259,31 +312,48 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
           const tp::TpPlan plan = tp::plan_tp(request, ctx.topology, cost, options);
           const Measured result = bench.run(plan);
           total_wrong += result.wrong;
-          const std::string name = str(tp::tp_op_name(layer.op), " ", layer.model,
-                                       shrink > 1 ? str("/", shrink) : std::string(), " ",
-                                       layer.layer, " tp", ctx.size, " M", m);
-          const double tflops = 2.0 * double(m) * double(request.n) * double(request.k) / ctx.size /
-                                (result.median_us * 1e-6) / 1e12;
           BenchRecord rec;
           rec.bench = "tp";
           rec.case_name = name;
-          rec.impl = fused ? "tessera fused"
-                           : (ctx.backend == Backend::kCuda ? "cublaslt+nccl" : "tessera unfused");
+          rec.impl = fused ? "tessera fused" : (on_cuda ? "cublaslt+nccl" : "tessera unfused");
           rec.gpu = gpu_name(ctx);
-          rec.num_gpus = ctx.backend == Backend::kCuda ? ctx.size : 0;
+          rec.num_gpus = on_cuda ? ctx.size : 0;
           rec.topology = topo;
           rec.median_us = result.median_us;
-          rec.tflops = tflops;
+          rec.tflops = 2.0 * double(m) * double(request.n) * double(request.k) / ctx.size /
+                       (result.median_us * 1e-6) / 1e12;
           rec.ok = result.wrong == 0;
           rec.extra["checked"] = double(result.checked);
           rec.extra["wrong"] = double(result.wrong);
-          rec.extra_text["plan"] = tp::describe(plan);
-          records.push_back(rec);
-          if (ctx.rank == 0) {
-            std::printf("  %-40s %-15s %6lld %11.1f %9.2f %8lld\n", name.c_str(), rec.impl.c_str(),
-                        static_cast<long long>(m), result.median_us, tflops,
-                        static_cast<long long>(result.wrong));
+          if (gemm_us > 0) {
+            rec.extra["gemm_alone_us"] = gemm_us;
+            rec.extra["effective_comm_us"] = result.median_us - gemm_us;
           }
+          rec.extra_text["plan"] = tp::describe(plan);
+          of_case.push_back(rec);
+        }
+        // The paper's overlap efficiency, on the fused record, against the unfused one.
+        auto find = [&](bool fused) {
+          return std::find_if(of_case.begin(), of_case.end(), [&](const BenchRecord& rec) {
+            return (rec.impl == "tessera fused") == fused;
+          });
+        };
+        const auto fused_rec = find(true), unfused_rec = find(false);
+        if (gemm_us > 0 && fused_rec != of_case.end() && unfused_rec != of_case.end() &&
+            unfused_rec->median_us > gemm_us) {
+          fused_rec->extra["overlap_efficiency"] =
+              (unfused_rec->median_us - fused_rec->median_us) / (unfused_rec->median_us - gemm_us);
+          fused_rec->extra["vs_unfused"] = unfused_rec->median_us / fused_rec->median_us;
+        }
+        for (const BenchRecord& rec : of_case) {
+          if (ctx.rank == 0) {
+            const auto eff = rec.extra.find("overlap_efficiency");
+            std::printf("  %-40s %-15s %6lld %11.1f %9.2f %8lld %9.1f %7s\n", name.c_str(),
+                        rec.impl.c_str(), static_cast<long long>(m), rec.median_us, rec.tflops,
+                        static_cast<long long>(rec.extra.at("wrong")), gemm_us,
+                        eff == rec.extra.end() ? "" : str(int(std::lround(100 * eff->second)), "%").c_str());
+          }
+          records.push_back(rec);
         }
       }
     }

@@ -202,6 +202,15 @@ bool CudaSymmetricHeap::is_paced(int peer) const {
   return peer != rank_ && topology_.link(rank_, peer) == LinkClass::kEmulatedNetwork;
 }
 
+uint64_t* CudaSymmetricHeap::signal_word_address(int peer, int slot) const {
+  TESSERA_CHECK_ARG(peer >= 0 && peer < size_, "signal_word_address(peer = ", peer,
+                    "): expected 0 <= peer < ", size_);
+  check_signal_slot(slot, "signal_word_address");
+  if (peer == rank_) return local_signal_word(slot);
+  if (is_paced(peer) || peer_bases_[size_t(peer)] == nullptr) return nullptr;
+  return reinterpret_cast<uint64_t*>(peer_bases_[size_t(peer)] + signal_word_offset(slot));
+}
+
 std::string CudaSymmetricHeap::transport(int peer) const {
   TESSERA_CHECK_ARG(peer >= 0 && peer < size_, "transport(peer = ", peer,
                     "): expected 0 <= peer < ", size_);

@@ -78,6 +78,14 @@ class CudaSymmetricHeap : public SymmetricHeap {
 
   int device() const { return device_; }
   size_t capacity_bytes() const { return heap_bytes_; }
+  // User signal slot `slot` of `peer` (this rank included) as this GPU can load/store it, for
+  // kernels that spin on this rank's slots and stream memory operations that raise a peer's
+  // (stream_write.h); nullptr when the peer is not load/store reachable or its traffic is paced
+  // (an emulated machine: only the heap's own calls keep to the emulated link).
+  uint64_t* signal_word_address(int peer, int slot) const;
+  // Where this heap's waits, and kernels waiting on its signals, record a timeout; check_errors()
+  // throws what it holds.
+  const WaitTimeoutLog& timeout_log() const { return *timeout_log_; }
   // True when traffic to `peer` crosses emulated machines (and so is paced).
   bool is_paced(int peer) const;
   // This GPU's %globaltimer offset to rank 0's, and the round trip it was measured with (0, 0
@@ -136,7 +144,6 @@ class CudaSymmetricHeap : public SymmetricHeap {
   int nic_clock_word(bool ingress) const { return kNumUserSignalSlots + size_ + (ingress ? 1 : 0); }
   int probe_request_word(int of_rank) const { return kNumUserSignalSlots + size_ + 2 + of_rank; }
   int probe_reply_word() const { return kNumUserSignalSlots + 2 * size_ + 2; }  // and the next
-  const WaitTimeoutLog& timeout_log() const { return *timeout_log_; }
   // Throws the recorded device timeout if any, else kCuda for `error` at `what`.
   [[noreturn]] void fail_cuda(cudaError_t error, const char* what) const;
   // The cudaStream_t of `s`, checked to be a cuda stream on this heap's device.

@@ -16,7 +16,7 @@ namespace tessera::tp::detail {
 
 namespace {
 
-class UnfusedPair final : public CudaUnfusedPair {
+class UnfusedPair final : public CudaTpRunner {
  public:
   UnfusedPair(RankContext& ctx, const TpPlan& plan) : ctx_(ctx), r_(plan.request) {
     p_ = r_.world_size;
@@ -167,7 +167,7 @@ class UnfusedPair final : public CudaUnfusedPair {
 
 }  // namespace
 
-std::unique_ptr<CudaUnfusedPair> make_cuda_unfused_pair(RankContext& ctx, const TpPlan& plan) {
+std::unique_ptr<CudaTpRunner> make_cuda_unfused_pair(RankContext& ctx, const TpPlan& plan) {
   return std::make_unique<UnfusedPair>(ctx, plan);
 }
 

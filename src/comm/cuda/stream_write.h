@@ -1,0 +1,18 @@
+// A 64-bit word written by the stream itself (cuStreamWriteValue64): the copy engines' way to
+// raise a signal after their copies, with no multiprocessor involved, so a signal never waits
+// for a kernel slot on a GPU whose multiprocessors a persistent kernel holds (the fused
+// tensor-parallel GEMMs spin on such signals). The write carries a memory barrier: copies
+// enqueued before it on the stream are visible to whoever sees the new value. `address` may
+// be local or a peer mapping (IPC, NVSHMEM).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tessera::cuda_comm {
+
+// Throws kCuda naming `what` when the driver refuses.
+void stream_write_value64(cudaStream_t stream, uint64_t* address, uint64_t value, const char* what);
+
+}  // namespace tessera::cuda_comm

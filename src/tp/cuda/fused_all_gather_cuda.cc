@@ -1,0 +1,139 @@
+// Fused AllGather+GEMM across the GPUs of one machine (tp_backend.h), the Flux protocol on the
+// symmetric heap:
+//   1. a heap barrier: no rank overwrites a gather buffer whose previous GEMM still reads it;
+//   2. on a side stream, this rank's rows go to itself, then rank+1, rank+2, ... (so each rank
+//      receives from one source at a time, rank-1 first: the plan's gather_order), a chunk of
+//      comm_rows by copy engine into the peer's `gathered`, then the chunk's signal word at the
+//      peer written by the stream (cuStreamWriteValue64, after the copy: no multiprocessor,
+//      so the signals never queue behind the GEMM that spins on them);
+//   3. the GEMM on every multiprocessor, each row tile waiting for its chunks' words to reach
+//      this call's epoch (kernels/tp/), visiting the local rows first;
+//   4. the caller's stream joins the side stream.
+// Signal words hold the epoch of the call that last raised them, so nothing resets them; they
+// are zeroed once, when the operation is made.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+#include "comm/cuda/cuda_heap.h"
+#include "comm/cuda/stream_write.h"
+#include "tessera/comm/agreement.h"
+#include "tessera/core/error.h"
+#include "tessera/core/params.h"
+#include "tessera/runtime/cuda_check.h"
+#include "tp/cuda/ag_gemm_kernel.h"
+#include "tp/tp_backend.h"
+
+namespace tessera::tp::detail {
+
+namespace {
+
+cuda_comm::CudaSymmetricHeap& cuda_heap(RankContext& ctx) {
+  auto* heap = dynamic_cast<cuda_comm::CudaSymmetricHeap*>(ctx.heap.get());
+  TESSERA_CHECK(heap != nullptr, ErrorCode::kUnsupported,
+                "fused tensor-parallel operation on cuda: expected the context's heap to be a "
+                "cuda symmetric heap (nvshmem or ipc)");
+  return *heap;
+}
+
+class FusedAllGather final : public CudaTpRunner {
+ public:
+  FusedAllGather(RankContext& ctx, const TpPlan& plan, const SymmetricBuffer& gathered,
+                 int signal_base)
+      : ctx_(ctx),
+        heap_(cuda_heap(ctx)),
+        plan_(plan),
+        gathered_(gathered),
+        signal_base_(signal_base),
+        side_(Stream::create_cuda(ctx.device.index)),
+        ready_(Event::create(side_)),
+        sent_(Event::create(side_)) {
+    const TpRequest& r = plan.request;
+    const int p = r.world_size;
+    TESSERA_CUDA_CHECK(cudaSetDevice(ctx.device.index));
+    TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount,
+                                              ctx.device.index));
+    kernel_.emplace(plan, ctx.rank, ctx.device, sms_);
+    row_bytes_ = size_t(r.k) * dtype_size(r.dtype);
+    // Every peer's gather buffer and signal words, as this GPU stores into them.
+    for (int q = 0; q < p; ++q) {
+      void* base = heap_.peer_ptr(gathered_, q);
+      uint64_t* words = heap_.signal_word_address(q, signal_base_);
+      TESSERA_CHECK(base != nullptr && words != nullptr, ErrorCode::kUnsupported, "rank ",
+                    ctx.rank, ": fused ag_gemm on cuda: rank ", q, " is not load/store reachable",
+                    " through the ", heap_.transport(q),
+                    " heap (another host or an emulated machine); expected the GPUs of one "
+                    "machine, or an unfused plan");
+      peer_gathered_.push_back(static_cast<std::byte*>(base));
+      peer_words_.push_back(words);
+    }
+    // Zero this rank's words, then agree, so no rank's first signal precedes a peer's zeroing.
+    TESSERA_CUDA_CHECK(
+        cudaMemset(peer_words_[size_t(ctx.rank)], 0, size_t(kernel_->arrival_words()) * 8));
+    TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+    const uint64_t zeroed[1] = {1};
+    (void)all_gather_words(ctx, zeroed);
+  }
+
+  void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,
+           const Stream& stream) override {
+    const TpRequest& r = plan_.request;
+    const int p = r.world_size, rank = ctx_.rank;
+    const uint64_t epoch = ++epoch_;
+    const auto s = static_cast<cudaStream_t>(stream.cuda_stream());
+    const auto side = static_cast<cudaStream_t>(side_.cuda_stream());
+    heap_.barrier(stream);
+    ready_.record(stream);
+    ready_.wait_on(side_);
+    const RowRange mine = row_range(r.m, p, rank);
+    for (int i = 0; i < p; ++i) {
+      const int q = (rank + i) % p;
+      for (int64_t c = 0; c < num_chunks(plan_, rank); ++c) {
+        const RowRange rows = chunk_rows(plan_, rank, c);
+        TESSERA_CUDA_CHECK(cudaMemcpyAsync(
+            peer_gathered_[size_t(q)] + size_t(rows.begin) * row_bytes_,
+            static_cast<const std::byte*>(a.data()) + size_t(rows.begin - mine.begin) * row_bytes_,
+            size_t(rows.count) * row_bytes_, cudaMemcpyDeviceToDevice, side));
+        cuda_comm::stream_write_value64(side,
+                                        peer_words_[size_t(q)] + chunk_signal(plan_, rank, c),
+                                        epoch, "fused ag_gemm: a peer's arrival word");
+      }
+    }
+    kernel_->launch(gathered_.local, b.data(), bias.empty() ? nullptr : bias.data(), out.data(),
+                    peer_words_[size_t(rank)], epoch, wait_timeout_ms(), heap_.timeout_log(),
+                    sms_, s);
+    sent_.record(side_);
+    sent_.wait_on(stream);
+  }
+
+ private:
+  RankContext& ctx_;
+  cuda_comm::CudaSymmetricHeap& heap_;
+  TpPlan plan_;
+  SymmetricBuffer gathered_;
+  int signal_base_ = 0;
+  Stream side_;
+  Event ready_, sent_;  // the side stream starts after the barrier; the caller's joins it
+  int sms_ = 0;
+  size_t row_bytes_ = 0;
+  std::optional<AgGemmKernel> kernel_;
+  std::vector<std::byte*> peer_gathered_;
+  std::vector<uint64_t*> peer_words_;
+  uint64_t epoch_ = 0;
+};
+
+}  // namespace
+
+void check_cuda_fused_supported(const TpPlan& plan) {
+  check_ag_gemm_kernel_supports(plan, "fused tensor-parallel operation on cuda");
+}
+
+std::unique_ptr<CudaTpRunner> make_cuda_fused_all_gather(RankContext& ctx, const TpPlan& plan,
+                                                         const SymmetricBuffer& gathered,
+                                                         int signal_base) {
+  return std::make_unique<FusedAllGather>(ctx, plan, gathered, signal_base);
+}
+
+}  // namespace tessera::tp::detail
