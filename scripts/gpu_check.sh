@@ -2,8 +2,8 @@
 # A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
 # configure and build with every core, run the gpu tests, run the benchmarks with their
 # anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
-#   STAGES="build test comm launchers sp attn decode gemm sanitize spsweep" selects stages (default:
-#   all but spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
+#   STAGES="build test comm launchers sp attn decode gemm tp sanitize spsweep" selects stages
+#   (default: all but tp, the tensor-parallel sweep on every GPU beside torch, spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
 #   parts, and sanitize, compute-sanitizer over the single-GPU tests, scripts/gpu_sanitize.sh).
 # Everything lands in OUTDIR/work/ and is packed into OUTDIR/gpu-check.tgz at the end (the
 # device tool brings back few files).
@@ -74,6 +74,14 @@ if has gemm; then
   $bin bench tp-loopback --json "$out/tp_loopback.json" >"$out/tp_loopback.log" 2>&1 || status=1
   $bin bench tp --json "$out/tp.json" >"$out/tp.log" 2>&1 || status=1
 fi
+if has tp; then
+  # Tensor-parallel layers on every GPU: fused vs cuBLASLt + NCCL vs torch (matmul + NCCL,
+  # symmetric-memory fused ops), M from 16 to 16384 (TP_TOKENS), both models.
+  tokens=${TP_TOKENS:-16,128,1024,4096,16384}
+  $bin bench tp --model all --m "$tokens" --json "$out/tp_1x${ngpu}.json" >"$out/tp_sweep.log" 2>&1 || status=1
+  torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_tp.py --model all --tokens "$tokens" \
+    --json "$out/tp_1x${ngpu}_torch.json" >"$out/torch_tp.log" 2>&1 || status=1
+fi
 if has sanitize; then
   scripts/gpu_sanitize.sh build-gpu/tests/tessera_gpu_tests "$out" || status=1
 fi
@@ -84,6 +92,8 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/gemm.log" ] && { echo "=== gemm ==="; grep -v "^\[" "$out/gemm.log" | tail -40; }
 [ -f "$out/tp_loopback.log" ] && { echo "=== tp loopback ==="; grep -v "^\[" "$out/tp_loopback.log" | tail -40; }
 [ -f "$out/tp.log" ] && { echo "=== tp ==="; grep -v "^\[" "$out/tp.log" | tail -20; }
+[ -f "$out/tp_sweep.log" ] && { echo "=== tp sweep ==="; grep -v "^\[" "$out/tp_sweep.log" | tail -90; }
+[ -f "$out/torch_tp.log" ] && { echo "=== torch tp ==="; tail -70 "$out/torch_tp.log"; }
 [ -f "$out/sanitize.txt" ] && { echo "=== sanitize ==="; cat "$out/sanitize.txt"; }
 [ -f "$out/comm.log" ] && { echo "=== comm ==="; python3 bench/report.py "$out"/comm*.json "$out"/torch_comm.json | grep -E " (64M|256M) "; }
 [ -f "$out/attn.log" ] && { echo "=== attn ==="; grep -v "^\[" "$out/attn.log" | tail -30; }
