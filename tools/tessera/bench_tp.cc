@@ -98,14 +98,20 @@ class TpBench {
     for (int i = 0; i < int(opt_.integer("warmup")); ++i) once();
     const int iters = int(opt_.integer("iters"));
     std::vector<double> us;
-    for (int i = 0; i < iters; ++i) {
-      ctx_.world->barrier(st);
-      Event start = Event::create(st, true), end = Event::create(st, true);
-      start.record(st);
-      once();
-      end.record(st);
-      ctx_.world->synchronize(st);
-      us.push_back(1000.0 * end.elapsed_ms_since(start));
+    try {
+      for (int i = 0; i < iters; ++i) {
+        ctx_.world->barrier(st);
+        Event start = Event::create(st, true), end = Event::create(st, true);
+        start.record(st);
+        once();
+        end.record(st);
+        ctx_.world->synchronize(st);
+        us.push_back(1000.0 * end.elapsed_ms_since(start));
+      }
+    } catch (const Error&) {
+      // A fused kernel's timed-out wait (who waited for whom) explains a failed barrier.
+      if (ctx_.heap) ctx_.heap->check_errors();
+      throw;
     }
     Measured m;
     m.median_us = max_across_ranks(ctx_, median(us));

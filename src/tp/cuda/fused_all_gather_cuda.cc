@@ -1,14 +1,17 @@
 // Fused AllGather+GEMM across the GPUs of one machine (tp_backend.h), the Flux protocol on the
 // symmetric heap:
-//   1. a heap barrier: no rank overwrites a gather buffer whose previous GEMM still reads it;
-//   2. on a side stream, this rank's rows go to itself, then rank+1, rank+2, ... (so each rank
-//      receives from one source at a time, rank-1 first: the plan's gather_order), a chunk of
-//      comm_rows by copy engine into the peer's `gathered`, then the chunk's signal word at the
-//      peer written by the stream (cuStreamWriteValue64, after the copy: no multiprocessor,
-//      so the signals never queue behind the GEMM that spins on them);
-//   3. the GEMM on every multiprocessor, each row tile waiting for its chunks' words to reach
+//   1. this rank's rows into its own gather buffer on the caller's stream, then their signal
+//      words (a copy within one GPU may run as a kernel: on the side stream it could wait for
+//      a multiprocessor that the spinning GEMM holds);
+//   2. a heap barrier: no rank overwrites a gather buffer whose previous GEMM still reads it;
+//   3. on a side stream, the rows go to rank+1, rank+2, ... (so each rank receives from one
+//      source at a time, rank-1 first: the plan's gather_order), a chunk of comm_rows by copy
+//      engine into the peer's `gathered`, then the chunk's signal word at the peer written by
+//      the stream (cuStreamWriteValue64, after the copy: no multiprocessor, so the signals never
+//      queue behind the GEMM that spins on them);
+//   4. the GEMM on every multiprocessor, each row tile waiting for its chunks' words to reach
 //      this call's epoch (kernels/tp/), visiting the local rows first;
-//   4. the caller's stream joins the side stream.
+//   5. the caller's stream joins the side stream.
 // Signal words hold the epoch of the call that last raised them, so nothing resets them; they
 // are zeroed once, when the operation is made.
 #include <cuda_runtime.h>
@@ -84,11 +87,20 @@ class FusedAllGather final : public CudaTpRunner {
     const uint64_t epoch = ++epoch_;
     const auto s = static_cast<cudaStream_t>(stream.cuda_stream());
     const auto side = static_cast<cudaStream_t>(side_.cuda_stream());
+    const RowRange mine = row_range(r.m, p, rank);
+    if (mine.count > 0) {
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(peer_gathered_[size_t(rank)] + size_t(mine.begin) * row_bytes_,
+                                         a.data(), size_t(mine.count) * row_bytes_,
+                                         cudaMemcpyDeviceToDevice, s));
+      for (int64_t c = 0; c < num_chunks(plan_, rank); ++c) {
+        cuda_comm::stream_write_value64(s, peer_words_[size_t(rank)] + chunk_signal(plan_, rank, c),
+                                        epoch, "fused ag_gemm: this rank's arrival word");
+      }
+    }
     heap_.barrier(stream);
     ready_.record(stream);
     ready_.wait_on(side_);
-    const RowRange mine = row_range(r.m, p, rank);
-    for (int i = 0; i < p; ++i) {
+    for (int i = 1; i < p; ++i) {
       const int q = (rank + i) % p;
       for (int64_t c = 0; c < num_chunks(plan_, rank); ++c) {
         const RowRange rows = chunk_rows(plan_, rank, c);
