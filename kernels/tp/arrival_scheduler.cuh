@@ -49,7 +49,8 @@ class ArrivalTileScheduler : public cutlass::gemm::kernel::detail::PersistentTil
 
   CUTLASS_HOST_DEVICE static bool can_implement(Arguments const& args) {
     return Base::can_implement(args) && args.wait.words != nullptr &&
-           args.wait.tile_chunks != nullptr && args.wait.cluster_order != nullptr;
+           args.wait.tile_chunks != nullptr && args.wait.cluster_order != nullptr &&
+           args.wait.m_clusters >= 1 && args.wait.n_tiles >= 1 && args.wait.band_clusters >= 1;
   }
 
   CUTLASS_DEVICE explicit ArrivalTileScheduler(Params const& params)
@@ -71,9 +72,20 @@ class ArrivalTileScheduler : public cutlass::gemm::kernel::detail::PersistentTil
   }
 
  private:
+  // The base scheduler rasters along N, so its visit order is v = row cluster * n_tiles + column.
+  // v is renumbered band by band: in band b (band_clusters entries of cluster_order, fewer in the
+  // last), visit r = v - b * band_clusters * n_tiles takes entry r % rows of the band in column
+  // r / rows. A bijection on the work tiles; both CTAs of a cluster map alike.
   CUTLASS_DEVICE WorkTileInfo arrive(WorkTileInfo work) const {
     if (!work.is_valid()) return work;
-    work.M_idx = wait_.cluster_order[work.M_idx / kClusterM] * kClusterM + work.M_idx % kClusterM;
+    const int64_t visit = int64_t(work.M_idx / kClusterM) * wait_.n_tiles + work.N_idx;
+    const int64_t band_tiles = int64_t(wait_.band_clusters) * wait_.n_tiles;
+    const int band = int(visit / band_tiles);
+    const int rows = min(wait_.band_clusters, wait_.m_clusters - band * wait_.band_clusters);
+    const int64_t r = visit - band * band_tiles;
+    const int entry = band * wait_.band_clusters + int(r % rows);
+    work.N_idx = int(r / rows);
+    work.M_idx = wait_.cluster_order[entry] * kClusterM + work.M_idx % kClusterM;
     if (cutlass::canonical_warp_group_idx() == 0) wait_for_rows(work.M_idx);
     return work;
   }

@@ -7,6 +7,7 @@
 #include "operation_impl.h"
 #include "tessera/comm/agreement.h"
 #include "tessera/core/error.h"
+#include "tessera/core/logging.h"
 #include "tp/tp_backend.h"
 
 namespace tessera::tp {
@@ -129,7 +130,20 @@ void TpOperation::Impl::allocate_fused() {
 
 TpOperation::TpOperation(RankContext& ctx, const TpPlan& plan)
     : impl_(std::make_unique<Impl>(ctx, plan)) {}
-TpOperation::~TpOperation() = default;
+TpOperation::~TpOperation() {
+  if (!impl_ || !impl_->ctx.heap) return;
+#ifdef TESSERA_WITH_CUDA
+  impl_->cuda_runner.reset();
+#endif
+  // Like the construction, every rank drops its operations in the same order.
+  try {
+    for (const SymmetricBuffer* b :
+         {&impl_->received, &impl_->relay_partials, &impl_->partials, &impl_->gathered})
+      impl_->ctx.heap->release(*b);
+  } catch (const Error& e) {
+    TESSERA_LOG(kWarn, "TpOperation: its symmetric buffers were not released: ", e.what());
+  }
+}
 
 const TpPlan& TpOperation::plan() const {
   return impl_->plan;

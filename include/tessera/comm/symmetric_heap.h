@@ -41,6 +41,11 @@ class SymmetricHeap {
 
   // Collective: every rank calls with the same bytes, in the same order.
   virtual SymmetricBuffer allocate(size_t bytes) = 0;
+  // Gives `buffer` back. Every rank releases the same buffers in the same order, once nothing
+  // reads or writes them any more (its users synchronized). The cuda heaps reclaim the space of
+  // released buffers from the top down (an operation made and dropped per call reuses it); the
+  // cpu heap, address space reserved and committed as touched, keeps it until it is destroyed.
+  virtual void release(const SymmetricBuffer& buffer) { (void)buffer; }
   // Address of `peer`'s copy of `buffer` that kernels on this rank may load/store, or nullptr
   // when the peer is not load/store reachable.
   virtual void* peer_ptr(const SymmetricBuffer& buffer, int peer) const = 0;

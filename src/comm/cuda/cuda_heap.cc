@@ -247,11 +247,24 @@ SymmetricBuffer CudaSymmetricHeap::allocate(size_t bytes) {
                     " are left; expected a larger ContextOptions::heap_bytes");
   next_offset_ = offset + bytes;
   ++num_allocations_;
+  live_.push_back({offset, offset + bytes, false});
   SymmetricBuffer buffer;
   buffer.local = local_base_ + offset;
   buffer.offset = offset;
   buffer.bytes = bytes;
   return buffer;
+}
+
+void CudaSymmetricHeap::release(const SymmetricBuffer& buffer) {
+  if (buffer.local == nullptr) return;
+  const auto it = std::find_if(live_.begin(), live_.end(), [&](const Allocation& a) {
+    return a.offset == buffer.offset && !a.released;
+  });
+  TESSERA_CHECK_ARG(it != live_.end(), "release(buffer at offset ", buffer.offset,
+                    "): not a live allocation of this heap");
+  it->released = true;
+  while (!live_.empty() && live_.back().released) live_.pop_back();
+  next_offset_ = live_.empty() ? user_begin_ : live_.back().end;
 }
 
 void CudaSymmetricHeap::check_buffer(const SymmetricBuffer& buffer, const char* op,

@@ -53,6 +53,7 @@ class CudaSymmetricHeap : public SymmetricHeap {
   std::string transport(int peer) const override;
 
   SymmetricBuffer allocate(size_t bytes) override;
+  void release(const SymmetricBuffer& buffer) override;
   void* peer_ptr(const SymmetricBuffer& buffer, int peer) const override;
 
   void put(const SymmetricBuffer& dst, size_t dst_offset, const void* src, size_t bytes, int peer,
@@ -171,6 +172,11 @@ class CudaSymmetricHeap : public SymmetricHeap {
   size_t user_begin_;
   size_t next_offset_;
   int num_allocations_ = 0;
+  struct Allocation {
+    size_t offset, end;
+    bool released;
+  };
+  std::vector<Allocation> live_;  // in allocation order; the top is popped once released
   unsigned char* local_base_ = nullptr;
   std::vector<unsigned char*> peer_bases_;
   uint64_t* signals_ = nullptr;

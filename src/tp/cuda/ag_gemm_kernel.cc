@@ -103,6 +103,11 @@ AgGemmKernel::AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_
   std::vector<int> place(static_cast<size_t>(p));
   for (size_t i = 0; i < sources.size(); ++i) place[size_t(sources[i])] = int(i);
   const int m_clusters = (m_tiles_ + cluster - 1) / cluster;
+  m_clusters_ = m_clusters;
+  const int tile_cols = config_.tile == gemm::GemmTile::k128x256 ? 256 : 128;
+  n_tiles_ = int((n_ + tile_cols - 1) / tile_cols);
+  // A band: the row clusters of one communication chunk (source 0's share is the largest).
+  band_clusters_ = int(std::max<int64_t>(1, chunk_rows(plan, 0, 0).count / (kTileRows * cluster)));
   std::vector<std::pair<int64_t, int32_t>> keyed;
   for (int c = 0; c < m_clusters; ++c) {
     int64_t key = 0;
@@ -146,6 +151,9 @@ void AgGemmKernel::launch(const void* gathered, const void* b, const void* bias,
   wait.chunk_source = static_cast<const int32_t*>(chunk_source_.data());
   wait.cluster_order = static_cast<const int32_t*>(cluster_order_.data());
   wait.m_tiles = m_tiles_;
+  wait.m_clusters = m_clusters_;
+  wait.n_tiles = n_tiles_;
+  wait.band_clusters = band_clusters_;
   wait.expected = expected;
   wait.timeout_ns = uint64_t(std::max<int64_t>(1, timeout_ms)) * 1000000ull;
   wait.rank = rank_;

@@ -3,7 +3,8 @@
 // split would split a tile's wait), the arrival tables on the GPU (the communication chunks
 // each row tile waits for, the rank that sends each chunk), the rank's cluster order (the
 // local rows first, then by when the last chunk a cluster needs arrives in gather_order), and
-// the kernel's workspace.
+// the bands the kernel visits column by column (rows of one communication chunk: they arrive
+// together), and the kernel's workspace.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,7 +44,7 @@ class AgGemmKernel {
  private:
   int rank_ = 0;
   int64_t m_ = 0, n_ = 0, k_ = 0;
-  int m_tiles_ = 0;
+  int m_tiles_ = 0, m_clusters_ = 0, n_tiles_ = 0, band_clusters_ = 1;
   int64_t arrival_words_ = 0;
   gemm::GemmConfig config_;
   tp::kernels::AgGemmLauncher launcher_;
