@@ -19,7 +19,7 @@ namespace tessera::tp::kernels {
 
 struct ArrivalScheduler {};  // the tag
 
-template <int kClusterM>
+template <int kClusterM, int kClusterN>
 class ArrivalTileScheduler : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90 {
   using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
 
@@ -72,19 +72,22 @@ class ArrivalTileScheduler : public cutlass::gemm::kernel::detail::PersistentTil
   }
 
  private:
-  // The base scheduler rasters along N, so its visit order is v = row cluster * n_tiles + column.
-  // v is renumbered band by band: in band b (band_clusters entries of cluster_order, fewer in the
-  // last), visit r = v - b * band_clusters * n_tiles takes entry r % rows of the band in column
-  // r / rows. A bijection on the work tiles; both CTAs of a cluster map alike.
+  // The base scheduler rasters along N, so its visit order over clusters is
+  // v = row cluster * column clusters + column cluster. v is renumbered band by band: in band b
+  // (band_clusters entries of cluster_order, fewer in the last), visit r = v - b * band_clusters
+  // * column clusters takes entry r % rows of the band in column cluster r / rows. A bijection
+  // on the clusters; the CTAs of a cluster keep their offsets in it, so they still share the
+  // operand they multicast.
   CUTLASS_DEVICE WorkTileInfo arrive(WorkTileInfo work) const {
     if (!work.is_valid()) return work;
-    const int64_t visit = int64_t(work.M_idx / kClusterM) * wait_.n_tiles + work.N_idx;
-    const int64_t band_tiles = int64_t(wait_.band_clusters) * wait_.n_tiles;
-    const int band = int(visit / band_tiles);
+    const int n_clusters = (wait_.n_tiles + kClusterN - 1) / kClusterN;
+    const int64_t visit = int64_t(work.M_idx / kClusterM) * n_clusters + work.N_idx / kClusterN;
+    const int64_t band_size = int64_t(wait_.band_clusters) * n_clusters;
+    const int band = int(visit / band_size);
     const int rows = min(wait_.band_clusters, wait_.m_clusters - band * wait_.band_clusters);
-    const int64_t r = visit - band * band_tiles;
+    const int64_t r = visit - band * band_size;
     const int entry = band * wait_.band_clusters + int(r % rows);
-    work.N_idx = int(r / rows);
+    work.N_idx = int(r / rows) * kClusterN + work.N_idx % kClusterN;
     work.M_idx = wait_.cluster_order[entry] * kClusterM + work.M_idx % kClusterM;
     if (cutlass::canonical_warp_group_idx() == 0) wait_for_rows(work.M_idx);
     return work;
@@ -133,7 +136,8 @@ namespace cutlass::gemm::kernel::detail {
 template <class TileShape, class ClusterShape, uint32_t kStages>
 struct TileSchedulerSelector<tessera::tp::kernels::ArrivalScheduler, arch::Sm90, TileShape,
                              ClusterShape, kStages> {
-  using Scheduler = tessera::tp::kernels::ArrivalTileScheduler<int(cute::size<0>(ClusterShape{}))>;
+  using Scheduler = tessera::tp::kernels::ArrivalTileScheduler<int(cute::size<0>(ClusterShape{})),
+                                                              int(cute::size<1>(ClusterShape{}))>;
 };
 
 }  // namespace cutlass::gemm::kernel::detail
