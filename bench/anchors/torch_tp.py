@@ -58,11 +58,13 @@ IMPLS = {"unfused": UNFUSED, "fused": FUSED, "native": NATIVE, "gemm": GEMM}
 def timed(fn, warmup, iters):
     for _ in range(warmup):
         fn()
-    dist.barrier()
-    torch.cuda.synchronize()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
     for s, e in zip(starts, ends):
+        # As tessera bench tp: every iteration starts together after a barrier, so neither
+        # side hides launch latency or rank skew behind the previous iteration.
+        dist.barrier()
+        torch.cuda.synchronize()
         s.record()
         fn()
         e.record()
