@@ -43,8 +43,7 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
                       "plan.fused = true: expected a context with a symmetric heap");
   }
   validate_plan(plan, ctx.heap ? ctx.heap->num_signal_slots() : 0);
-  // On GPUs the fused AllGather+GEMM runs inside one machine; the ReduceScatter and AllToAll
-  // epilogue hook is not built.
+  // On GPUs the fused AllGather+GEMM and GEMM+ReduceScatter run inside one machine.
   if (plan.fused && ctx.backend == Backend::kCuda) {
 #ifdef TESSERA_WITH_CUDA
     detail::check_cuda_fused_supported(plan);
@@ -57,9 +56,12 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
   if (plan.fused) allocate_fused();
 #ifdef TESSERA_WITH_CUDA
   if (ctx.backend == Backend::kCuda) {
-    cuda_runner = plan.fused
-                      ? detail::make_cuda_fused_all_gather(ctx, plan, gathered, signals.base())
-                      : detail::make_cuda_unfused_pair(ctx, plan);
+    if (!plan.fused)
+      cuda_runner = detail::make_cuda_unfused_pair(ctx, plan);
+    else if (r.op == TpOp::kAllGatherGemm)
+      cuda_runner = detail::make_cuda_fused_all_gather(ctx, plan, gathered, signals.base());
+    else
+      cuda_runner = detail::make_cuda_fused_reduce_scatter(ctx, plan, partials, signals.base());
     return;
   }
 #endif

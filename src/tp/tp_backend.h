@@ -20,16 +20,22 @@ class CudaTpRunner {
 };
 // The unfused pair: cuBLASLt GEMMs and the Communicator's (NCCL) collectives.
 std::unique_ptr<CudaTpRunner> make_cuda_unfused_pair(RankContext& ctx, const TpPlan& plan);
-// Throws kUnsupported naming what is not built when the cuda backend cannot run fused `plan`.
+// Throws kUnsupported naming what is not built when the cuda backend cannot run fused `plan`:
+// AllGather+GEMM as check_ag_gemm_kernel_supports says; GEMM+ReduceScatter inside one machine
+// (not two-level); GEMM+AllToAll not at all.
 void check_cuda_fused_supported(const TpPlan& plan);
 // Fused AllGather+GEMM across the GPUs of one machine (fused_all_gather_cuda.cc): each rank's
 // rows pushed by copy engine into every peer's `gathered` buffer on the symmetric heap, a
 // stream-written signal per communication chunk, the GEMM kernel waiting per row tile.
-// Throws kUnsupported naming what is not built (check_ag_gemm_kernel_supports, a peer the
-// heap cannot reach by load/store or an emulated machine's paced peer).
 std::unique_ptr<CudaTpRunner> make_cuda_fused_all_gather(RankContext& ctx, const TpPlan& plan,
                                                          const SymmetricBuffer& gathered,
                                                          int signal_base);
+// Fused GEMM+ReduceScatter across the GPUs of one machine (fused_reduce_scatter_cuda.cc):
+// partials stored into their owners' `partials` blocks, a stream-written signal per source,
+// the owner's ordered float32 sum.
+std::unique_ptr<CudaTpRunner> make_cuda_fused_reduce_scatter(RankContext& ctx, const TpPlan& plan,
+                                                             const SymmetricBuffer& partials,
+                                                             int signal_base);
 #endif
 
 }  // namespace tessera::tp::detail

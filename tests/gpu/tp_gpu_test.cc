@@ -30,6 +30,12 @@ TEST(TpGpu, UnfusedPairsMatchTheReference) {
   run_gpu_workers("TpGpuWorker", "UnfusedPairsMatchTheReference", num_gpus_for_test(), 60000);
 }
 
+TEST(TpGpu, FusedGemmReduceScatterMatchesTheReference) {
+  TESSERA_REQUIRE_GPUS(num_gpus_for_test(), 1);
+  run_gpu_workers("TpGpuWorker", "FusedGemmReduceScatterMatchesTheReference", num_gpus_for_test(),
+                  60000);
+}
+
 TEST(TpGpu, FusedAllGatherGemmMatchesTheReference) {
   TESSERA_REQUIRE_GPUS(num_gpus_for_test(), 1);
   run_gpu_workers("TpGpuWorker", "FusedAllGatherGemmMatchesTheReference", num_gpus_for_test(),
@@ -177,11 +183,61 @@ TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
   fused.request.n = 64 * p;
   fused.request.k = 64 * p;
   fused.request.world_size = p;
-  fused.request.op = tp::TpOp::kGemmReduceScatter;
-  expect_unsupported(fused, "a fused gemm_rs plan");
+  fused.request.op = tp::TpOp::kGemmAllToAll;
+  expect_unsupported(fused, "a fused gemm_a2a plan");
   fused.request.op = tp::TpOp::kAllGatherGemm;
   fused.request.weight_layout = tp::WeightLayout::kKN;
   expect_unsupported(fused, "a fused ag_gemm plan with [K, N] weights");
+  ctx->bootstrap->barrier();
+  std::fflush(stdout);
+  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+}
+
+// One GEMM then copies (small shares) and one GEMM per owner storing over NVLink (shares of
+// 512 rows and more); both weight layouts, bias, M not a multiple of the ranks, f32 out; three
+// calls bitwise alike (the owner's ordered sum).
+TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
+  if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
+  ContextOptions options;
+  options.heap_bytes = size_t(256) << 20;
+  auto ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), options);
+  const int p = ctx->size;
+  int failures = 0;
+  struct Variant {
+    int64_t m;
+    tp::WeightLayout layout;
+    DType out;
+    bool bias;
+  };
+  for (const Variant& v : {Variant{1, tp::WeightLayout::kNK, DType::kBF16, true},
+                           Variant{37 * p + 1, tp::WeightLayout::kKN, DType::kF32, false},
+                           Variant{600 * p + p - 1, tp::WeightLayout::kNK, DType::kBF16, true},
+                           Variant{1024 * p, tp::WeightLayout::kKN, DType::kBF16, false}}) {
+    tp::TpPlan plan;
+    plan.fused = true;
+    tp::TpRequest& r = plan.request;
+    r.op = tp::TpOp::kGemmReduceScatter;
+    r.m = v.m;
+    r.n = 384;
+    r.k = 256 * p;
+    r.dtype = DType::kBF16;
+    r.out_dtype = v.out;
+    r.weight_layout = v.layout;
+    r.has_bias = v.bias;
+    r.world_size = p;
+    r.num_machines = 1;
+    SCOPED_TRACE(describe(plan));
+    tp::TpOperation operation(*ctx, plan);
+    const TpProblem problem(r, 31);
+    const std::vector<std::byte> first = run_on_gpu(operation, problem, *ctx);
+    // Partials rounded to the output type once each, summed in float32, rounded once more.
+    failures += check_output(first, problem, operation, ctx->rank, p + 1, 5 - std::min(failures, 5));
+    for (int call = 1; call < 3; ++call) {
+      EXPECT_TRUE(run_on_gpu(operation, problem, *ctx) == first)
+          << "rank " << ctx->rank << ": call " << call << " differs from call 0";
+    }
+  }
+  ctx->heap->check_errors();
   ctx->bootstrap->barrier();
   std::fflush(stdout);
   std::_Exit(::testing::Test::HasFailure() ? 1 : 0);

@@ -8,8 +8,8 @@
 // float32 accumulation, rounded partials) and counts the wrong ones. Times: an event pair
 // around each iteration after a barrier, median per rank, slowest rank reported.
 // `--shrink F` divides N and K by F (cpu runs of the real layer shapes would take minutes).
-// Weights are [N, K] (nn.Linear's layout). On cuda the fused rows are AllGather+GEMM's (the
-// ReduceScatter and AllToAll epilogue is not built), and each case also times this rank's GEMM
+// Weights are [N, K] (nn.Linear's layout). On cuda the fused rows are AllGather+GEMM's and
+// GEMM+ReduceScatter's (GEMM+AllToAll is not built there), and each case also times this rank's GEMM
 // alone (gemm::Gemm, kAuto: the faster of Tessera's kernel and cuBLASLt) for the Flux paper's
 // metrics: effective communication time = fused - GEMM alone; overlap efficiency =
 // (unfused - fused) / (unfused - GEMM alone).
@@ -121,12 +121,14 @@ class TpBench {
     return m;
   }
 
-  // This rank's GEMM of an AllGather+GEMM alone on the gathered rows: [M, K] x [N/P, K]^T.
+  // This rank's GEMM alone: AllGather+GEMM's on the gathered rows, [M, K] x [N/P, K]^T;
+  // GEMM+ReduceScatter's partial, [M, K/P] x [N, K/P]^T.
   double gemm_alone_us(const tp::TpRequest& r) {
+    const bool ag = r.op == tp::TpOp::kAllGatherGemm;
     gemm::GemmShape shape;
     shape.m = r.m;
-    shape.n = r.n / r.world_size;
-    shape.k = r.k;
+    shape.n = ag ? r.n / r.world_size : r.n;
+    shape.k = ag ? r.k : r.k / r.world_size;
     shape.dtype = r.dtype;
     shape.out_dtype = r.out_dtype;
     shape.weight_nk = true;
@@ -303,14 +305,12 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
                                      shrink > 1 ? str("/", shrink) : std::string(), " ",
                                      layer.layer, " tp", ctx.size, " M", m);
         const bool on_cuda = ctx.backend == Backend::kCuda;
-        const double gemm_us = on_cuda && layer.op == tp::TpOp::kAllGatherGemm
-                                   ? bench.gemm_alone_us(request)
-                                   : 0.0;
+        const bool fused_on_cuda = layer.op != tp::TpOp::kGemmAllToAll;
+        const double gemm_us = on_cuda && fused_on_cuda ? bench.gemm_alone_us(request) : 0.0;
         std::vector<BenchRecord> of_case;
         for (const std::string& impl : impls) {
           const bool fused = impl == "fused";
-          // On cuda only AllGather+GEMM has its fused kernel.
-          if (fused && on_cuda && layer.op != tp::TpOp::kAllGatherGemm) continue;
+          if (fused && on_cuda && !fused_on_cuda) continue;
           tp::TpPlanOptions options;
           options.fuse =
               fused ? tp::TpPlanOptions::Fuse::kFused : tp::TpPlanOptions::Fuse::kUnfused;

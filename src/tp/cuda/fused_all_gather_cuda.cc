@@ -20,64 +20,35 @@
 #include <optional>
 #include <vector>
 
-#include "comm/cuda/cuda_heap.h"
 #include "comm/cuda/stream_write.h"
-#include "tessera/comm/agreement.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
 #include "tessera/runtime/cuda_check.h"
 #include "tp/cuda/ag_gemm_kernel.h"
+#include "tp/cuda/peer_words.h"
 #include "tp/tp_backend.h"
 
 namespace tessera::tp::detail {
 
 namespace {
 
-cuda_comm::CudaSymmetricHeap& cuda_heap(RankContext& ctx) {
-  auto* heap = dynamic_cast<cuda_comm::CudaSymmetricHeap*>(ctx.heap.get());
-  TESSERA_CHECK(heap != nullptr, ErrorCode::kUnsupported,
-                "fused tensor-parallel operation on cuda: expected the context's heap to be a "
-                "cuda symmetric heap (nvshmem or ipc)");
-  return *heap;
-}
-
 class FusedAllGather final : public CudaTpRunner {
  public:
   FusedAllGather(RankContext& ctx, const TpPlan& plan, const SymmetricBuffer& gathered,
                  int signal_base)
       : ctx_(ctx),
-        heap_(cuda_heap(ctx)),
         plan_(plan),
         gathered_(gathered),
-        signal_base_(signal_base),
+        words_(ctx, signal_base, num_signal_slots(plan), "fused ag_gemm on cuda"),
         side_(Stream::create_cuda(ctx.device.index)),
         ready_(Event::create(side_)),
         sent_(Event::create(side_)) {
     const TpRequest& r = plan.request;
-    const int p = r.world_size;
-    TESSERA_CUDA_CHECK(cudaSetDevice(ctx.device.index));
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount,
                                               ctx.device.index));
     kernel_.emplace(plan, ctx.rank, ctx.device, sms_);
     row_bytes_ = size_t(r.k) * dtype_size(r.dtype);
-    // Every peer's gather buffer and signal words, as this GPU stores into them.
-    for (int q = 0; q < p; ++q) {
-      void* base = heap_.peer_ptr(gathered_, q);
-      uint64_t* words = heap_.signal_word_address(q, signal_base_);
-      TESSERA_CHECK(base != nullptr && words != nullptr, ErrorCode::kUnsupported, "rank ",
-                    ctx.rank, ": fused ag_gemm on cuda: rank ", q, " is not load/store reachable",
-                    " through the ", heap_.transport(q),
-                    " heap (another host or an emulated machine); expected the GPUs of one "
-                    "machine, or an unfused plan");
-      peer_gathered_.push_back(static_cast<std::byte*>(base));
-      peer_words_.push_back(words);
-    }
-    // Zero this rank's words, then agree, so no rank's first signal precedes a peer's zeroing.
-    TESSERA_CUDA_CHECK(
-        cudaMemset(peer_words_[size_t(ctx.rank)], 0, size_t(kernel_->arrival_words()) * 8));
-    TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
-    const uint64_t zeroed[1] = {1};
-    (void)all_gather_words(ctx, zeroed);
+    for (int q = 0; q < r.world_size; ++q) peer_gathered_.push_back(words_.buffer(gathered_, q));
   }
 
   void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,
@@ -93,11 +64,11 @@ class FusedAllGather final : public CudaTpRunner {
                                          a.data(), size_t(mine.count) * row_bytes_,
                                          cudaMemcpyDeviceToDevice, s));
       for (int64_t c = 0; c < num_chunks(plan_, rank); ++c) {
-        cuda_comm::stream_write_value64(s, peer_words_[size_t(rank)] + chunk_signal(plan_, rank, c),
+        cuda_comm::stream_write_value64(s, words_.word(rank, chunk_signal(plan_, rank, c)),
                                         epoch, "fused ag_gemm: this rank's arrival word");
       }
     }
-    heap_.barrier(stream);
+    words_.heap().barrier(stream);
     ready_.record(stream);
     ready_.wait_on(side_);
     for (int i = 1; i < p; ++i) {
@@ -109,12 +80,12 @@ class FusedAllGather final : public CudaTpRunner {
             static_cast<const std::byte*>(a.data()) + size_t(rows.begin - mine.begin) * row_bytes_,
             size_t(rows.count) * row_bytes_, cudaMemcpyDeviceToDevice, side));
         cuda_comm::stream_write_value64(side,
-                                        peer_words_[size_t(q)] + chunk_signal(plan_, rank, c),
+                                        words_.word(q, chunk_signal(plan_, rank, c)),
                                         epoch, "fused ag_gemm: a peer's arrival word");
       }
     }
     kernel_->launch(gathered_.local, b.data(), bias.empty() ? nullptr : bias.data(), out.data(),
-                    peer_words_[size_t(rank)], epoch, wait_timeout_ms(), heap_.timeout_log(),
+                    words_.word(rank, 0), epoch, wait_timeout_ms(), words_.heap().timeout_log(),
                     sms_, s);
     sent_.record(side_);
     sent_.wait_on(stream);
@@ -122,25 +93,19 @@ class FusedAllGather final : public CudaTpRunner {
 
  private:
   RankContext& ctx_;
-  cuda_comm::CudaSymmetricHeap& heap_;
   TpPlan plan_;
   SymmetricBuffer gathered_;
-  int signal_base_ = 0;
+  PeerWords words_;
   Stream side_;
   Event ready_, sent_;  // the side stream starts after the barrier; the caller's joins it
   int sms_ = 0;
   size_t row_bytes_ = 0;
   std::optional<AgGemmKernel> kernel_;
   std::vector<std::byte*> peer_gathered_;
-  std::vector<uint64_t*> peer_words_;
   uint64_t epoch_ = 0;
 };
 
 }  // namespace
-
-void check_cuda_fused_supported(const TpPlan& plan) {
-  check_ag_gemm_kernel_supports(plan, "fused tensor-parallel operation on cuda");
-}
 
 std::unique_ptr<CudaTpRunner> make_cuda_fused_all_gather(RankContext& ctx, const TpPlan& plan,
                                                          const SymmetricBuffer& gathered,

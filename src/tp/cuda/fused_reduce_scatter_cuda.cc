@@ -1,0 +1,169 @@
+// Fused GEMM+ReduceScatter across the GPUs of one machine (tp_backend.h). Each source stores
+// its partial of every owner's rows into the owner's `partials` block for that source (the
+// symmetric heap), raises the owner's word for the source, and each owner sums the blocks in
+// source order in float32 (kernels/tp/sum_partials.cu; bitwise the same every call).
+//   1. a heap barrier: no source overwrites a block whose owner still sums it;
+//   2. split (each owner's share >= kSplitRows rows): one GEMM per owner, in owner_order
+//      (rank+1, rank+2, ..., this rank last: ranks write to different owners at any moment),
+//      each storing its rows straight into the owner's block over NVLink, then the owner's
+//      word written by the stream; the stores of one GEMM overlap the next GEMM's compute.
+//      Otherwise one GEMM of all rows into a local buffer, then each owner's rows copied by
+//      copy engine, then its word: a small GEMM split P ways would read the weights P times;
+//   3. the owner waits for every source's word (bounded, naming the source) and sums.
+// A ReduceScatter epilogue hook inside the GEMM (Flux's per-tile stores) is not built.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "comm/cuda/stream_write.h"
+#include "tessera/core/buffer.h"
+#include "tessera/core/error.h"
+#include "tessera/gemm/gemm.h"
+#include "tessera/runtime/cuda_check.h"
+#include "tp/cuda/peer_words.h"
+#include "tp/sum_partials_launch.h"
+#include "tp/tp_backend.h"
+
+namespace tessera::tp::detail {
+
+namespace {
+
+constexpr int64_t kSplitRows = 512;
+
+model::kernels::Element element(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return model::kernels::Element::kF32;
+    case DType::kF16:
+      return model::kernels::Element::kF16;
+    default:
+      return model::kernels::Element::kBF16;
+  }
+}
+
+class FusedReduceScatter final : public CudaTpRunner {
+ public:
+  FusedReduceScatter(RankContext& ctx, const TpPlan& plan, const SymmetricBuffer& partials,
+                     int signal_base)
+      : ctx_(ctx),
+        plan_(plan),
+        partials_(partials),
+        words_(ctx, signal_base, num_signal_slots(plan), "fused gemm_rs on cuda") {
+    const TpRequest& r = plan.request;
+    const int p = r.world_size;
+    share_ = (r.m + p - 1) / p;
+    out_elem_ = dtype_size(r.out_dtype);
+    for (int q = 0; q < p; ++q) peer_partials_.push_back(words_.buffer(partials_, q));
+    int64_t smallest = r.m;
+    for (int o = 0; o < p; ++o) smallest = std::min(smallest, row_range(r.m, p, o).count);
+    split_ = smallest >= kSplitRows;
+    auto gemm_of = [&](int64_t rows) {
+      gemm::GemmShape shape;
+      shape.m = rows;
+      shape.n = r.n;
+      shape.k = r.k / p;
+      shape.dtype = r.dtype;
+      shape.out_dtype = r.out_dtype;
+      shape.weight_nk = r.weight_layout == WeightLayout::kNK;
+      return std::make_unique<gemm::Gemm>(shape, ctx.device);
+    };
+    if (split_) {
+      for (int o = 0; o < p; ++o) {
+        const int64_t rows = row_range(r.m, p, o).count;
+        if (!gemms_.count(rows)) gemms_[rows] = gemm_of(rows);
+      }
+    } else {
+      gemms_[r.m] = gemm_of(r.m);
+      product_ = Buffer::allocate(size_t(r.m * r.n) * out_elem_, ctx.device);
+    }
+  }
+
+  void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,
+           const Stream& stream) override {
+    const TpRequest& r = plan_.request;
+    const int p = r.world_size, rank = ctx_.rank;
+    const int64_t k_rank = r.k / p;
+    const uint64_t epoch = ++epoch_;
+    const auto s = static_cast<cudaStream_t>(stream.cuda_stream());
+    const size_t in_elem = dtype_size(r.dtype), row_out = size_t(r.n) * out_elem_;
+    const size_t block_bytes = size_t(share_) * row_out;
+    auto block_of = [&](int owner) {  // this rank's block in `owner`'s partials
+      return peer_partials_[size_t(owner)] + size_t(rank) * block_bytes;
+    };
+    cuda_comm::CudaSymmetricHeap& heap = words_.heap();
+    heap.barrier(stream);
+    if (split_) {
+      for (int owner : owner_order(plan_, rank)) {
+        const RowRange rows = row_range(r.m, p, owner);
+        if (rows.count > 0) {
+          const TensorView a_rows(static_cast<std::byte*>(a.data()) +
+                                      size_t(rows.begin * k_rank) * in_elem,
+                                  r.dtype, ctx_.device, {rows.count, k_rank});
+          gemms_.at(rows.count)->run(a_rows, b, TensorView(),
+                                     TensorView(block_of(owner), r.out_dtype, ctx_.device,
+                                                {rows.count, r.n}),
+                                     stream);
+        }
+        cuda_comm::stream_write_value64(s, words_.word(owner, count_signal(plan_, rank)), epoch,
+                                        "fused gemm_rs: an owner's word");
+      }
+    } else {
+      gemms_.at(r.m)->run(a, b, TensorView(),
+                          TensorView(product_.data(), r.out_dtype, ctx_.device, {r.m, r.n}),
+                          stream);
+      for (int owner : owner_order(plan_, rank)) {
+        const RowRange rows = row_range(r.m, p, owner);
+        if (rows.count > 0) {
+          TESSERA_CUDA_CHECK(cudaMemcpyAsync(
+              block_of(owner), static_cast<const std::byte*>(product_.data()) + rows.begin * row_out,
+              size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice, s));
+        }
+        cuda_comm::stream_write_value64(s, words_.word(owner, count_signal(plan_, rank)), epoch,
+                                        "fused gemm_rs: an owner's word");
+      }
+    }
+    for (int source = 0; source < p; ++source) {
+      if (source != rank)
+        heap.wait_signal(words_.base() + count_signal(plan_, source), WaitCmp::kGe, epoch, source,
+                         stream);
+    }
+    kernels::SumPartialsParams sum;
+    sum.element = element(r.out_dtype);
+    sum.partials = peer_partials_[size_t(rank)];
+    sum.sources = p;
+    sum.block_stride = share_ * r.n;
+    sum.rows = row_range(r.m, p, rank).count;
+    sum.cols = r.n;
+    sum.bias = bias.empty() ? nullptr : bias.data();
+    sum.out = out.data();
+    kernels::launch_sum_partials(sum, stream.cuda_stream());
+    TESSERA_CUDA_CHECK(cudaGetLastError());
+  }
+
+ private:
+  RankContext& ctx_;
+  TpPlan plan_;
+  SymmetricBuffer partials_;
+  PeerWords words_;
+  int64_t share_ = 0;
+  size_t out_elem_ = 2;
+  bool split_ = false;
+  std::vector<std::byte*> peer_partials_;
+  std::map<int64_t, std::unique_ptr<gemm::Gemm>> gemms_;  // by row count
+  Buffer product_;  // one GEMM of all rows (not split)
+  uint64_t epoch_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaTpRunner> make_cuda_fused_reduce_scatter(RankContext& ctx, const TpPlan& plan,
+                                                             const SymmetricBuffer& partials,
+                                                             int signal_base) {
+  return std::make_unique<FusedReduceScatter>(ctx, plan, partials, signal_base);
+}
+
+}  // namespace tessera::tp::detail

@@ -1,0 +1,39 @@
+#include "tp/cuda/peer_words.h"
+
+#include <cuda_runtime.h>
+
+#include "tessera/comm/agreement.h"
+#include "tessera/core/error.h"
+#include "tessera/runtime/cuda_check.h"
+
+namespace tessera::tp::detail {
+
+PeerWords::PeerWords(RankContext& ctx, int signal_base, int count, const char* who)
+    : base_(signal_base), who_(who) {
+  heap_ = dynamic_cast<cuda_comm::CudaSymmetricHeap*>(ctx.heap.get());
+  TESSERA_CHECK(heap_ != nullptr, ErrorCode::kUnsupported, who,
+                ": expected the context's heap to be a cuda symmetric heap (nvshmem or ipc)");
+  for (int q = 0; q < ctx.size; ++q) {
+    uint64_t* words = heap_->signal_word_address(q, signal_base);
+    TESSERA_CHECK(words != nullptr, ErrorCode::kUnsupported, "rank ", ctx.rank, ": ", who,
+                  ": rank ", q, " is not load/store reachable through the ", heap_->transport(q),
+                  " heap (another host or an emulated machine); expected the GPUs of one "
+                  "machine, or an unfused plan");
+    words_.push_back(words);
+  }
+  TESSERA_CUDA_CHECK(cudaSetDevice(ctx.device.index));
+  TESSERA_CUDA_CHECK(cudaMemset(words_[size_t(ctx.rank)], 0, size_t(count) * sizeof(uint64_t)));
+  TESSERA_CUDA_CHECK(cudaDeviceSynchronize());
+  const uint64_t zeroed[1] = {1};
+  (void)all_gather_words(ctx, zeroed);
+}
+
+std::byte* PeerWords::buffer(const SymmetricBuffer& buffer, int rank) const {
+  void* p = heap_->peer_ptr(buffer, rank);
+  TESSERA_CHECK(p != nullptr, ErrorCode::kUnsupported, who_, ": rank ", rank,
+                "'s buffer is not load/store reachable through the ", heap_->transport(rank),
+                " heap; expected the GPUs of one machine, or an unfused plan");
+  return static_cast<std::byte*>(p);
+}
+
+}  // namespace tessera::tp::detail

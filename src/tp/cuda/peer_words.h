@@ -1,0 +1,37 @@
+// What a fused tensor-parallel operation on cuda needs of the context's symmetric heap: the
+// cuda heap itself, its buffers and its signal words at every rank of one machine as this GPU
+// stores into them (copies, kernels and stream memory operations), for a range of slots that
+// the operation holds. The words carry the epoch of the call that last raised them; they are
+// zeroed once, when the operation is made (every rank, then an agreement, so no rank's first
+// signal precedes a peer's zeroing).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "comm/cuda/cuda_heap.h"
+#include "tessera/comm/context.h"
+
+namespace tessera::tp::detail {
+
+class PeerWords {
+ public:
+  // Throws kUnsupported naming `who` when the heap is not a cuda heap or a peer is not load/
+  // store reachable (another host, an emulated machine's paced peer).
+  PeerWords(RankContext& ctx, int signal_base, int count, const char* who);
+
+  cuda_comm::CudaSymmetricHeap& heap() const { return *heap_; }
+  int base() const { return base_; }  // heap slot of plan slot 0
+  // `rank`'s word of plan slot `slot`.
+  uint64_t* word(int rank, int slot) const { return words_[size_t(rank)] + slot; }
+  // `rank`'s copy of `buffer`, as this GPU stores into it.
+  std::byte* buffer(const SymmetricBuffer& buffer, int rank) const;
+
+ private:
+  cuda_comm::CudaSymmetricHeap* heap_ = nullptr;
+  int base_ = 0;
+  const char* who_ = "";
+  std::vector<uint64_t*> words_;
+};
+
+}  // namespace tessera::tp::detail
