@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tessera/core/error.h"
+#include "tessera/tp/tune_table.h"
 
 namespace tessera::tp {
 
@@ -237,6 +238,16 @@ TpPlan plan_tp(const TpRequest& request, const Topology& topology, const sp::Cos
                     "cost model: fused ", best_e.fused_us, " us vs GEMM + collective ",
                     best_e.unfused_us, " us (GEMM alone ", best_e.gemm_us, " us)",
                     options.fuse != TpPlanOptions::Fuse::kAuto ? ", forced by the caller" : "");
+  if (options.fuse == TpPlanOptions::Fuse::kAuto && !options.tuned_gpu.empty() &&
+      request.world_size > 1) {
+    const std::string path = tp_tune_table_path();
+    if (const auto row = tuned_row(read_tp_tune_table(path), options.tuned_gpu, request)) {
+      best.fused = row->fused_us < row->unfused_us;
+      best.reason = str("tuning table ", path, " (", options.tuned_gpu, ", M ", row->m,
+                        "): fused ", row->fused_us, " us vs unfused ", row->unfused_us,
+                        " us measured; ", best.reason);
+    }
+  }
   validate_plan(best, options.num_signal_slots);
   return best;
 }

@@ -30,6 +30,7 @@
 #include "tessera/tp/model_shapes.h"
 #include "tessera/tp/operation.h"
 #include "tessera/tp/planner.h"
+#include "tessera/tp/tune_table.h"
 
 namespace tessera::cli {
 namespace {
@@ -213,16 +214,20 @@ class TpBench {
   const Options& opt_;
 };
 
-int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
+// `tune`: `tessera tune tp`, which measures fused and unfused and writes the tuning table
+// (tp/tune_table.h; --tune-table defaults to tp_tune_table_path()).
+int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tune) {
   Options opt(
-      "bench tp",
+      tune ? "tune tp" : "bench tp",
       {{"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
        {"nranks", "", "ranks (default: every visible GPU on cuda, 4 on cpu)"},
        {"model", "llama3-70b", "llama3-70b, gpt3-175b or all"},
        {"layers", "", "comma list of layers (default: all of the model's)"},
        {"m", "", "comma list of token counts M (default 128,1024,4096 on cuda, 64,257 on cpu)"},
        {"shrink", "", "divide N and K by this (default 1 on cuda, 64 on cpu)"},
-       {"impls", "fused,unfused", "fused, unfused or both"},
+       {"impls", "fused,unfused",
+        "comma list of fused, unfused and auto (the planner's choice: a matching row of the "
+        "tuning table, else the cost model)"},
        {"warmup", "2", "untimed iterations per case"},
        {"iters", "10", "timed iterations per case (median reported)"},
        {"check", "64", "sampled output elements verified per rank"},
@@ -230,7 +235,11 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
        {"link", "nic400", "emulated link preset: nic400 (50 GB/s, 5 us) or paper"},
        {"link-gbps", "0", "emulated link bandwidth per GPU in GB/s (overrides --link)"},
        {"link-latency-us", "-1", "emulated link latency in us (overrides --link)"},
-       {"json", "", "write the records to this JSON file"}});
+       {"json", "", "write the records to this JSON file"},
+       {"tune-table", "",
+        tune ? "the tuning table to write (default: TESSERA_TP_TUNE_TABLE or ~/.cache/tessera/"
+               "tp_tune.tsv)"
+             : "also write each case's fused and unfused medians into this tuning table"}});
   opt.parse(args);
   if (opt.help_requested()) {
     std::fputs(opt.usage().c_str(), stdout);
@@ -269,13 +278,19 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
       opt.text("shrink").empty() ? (on_gpu ? 1 : 64) : opt.integer("shrink", 1, 1 << 20);
   const auto impls = opt.list("impls");
   for (const auto& impl : impls) {
-    TESSERA_CHECK_ARG(impl == "fused" || impl == "unfused", "--impls: '", impl,
-                      "': expected fused or unfused");
+    TESSERA_CHECK_ARG(impl == "fused" || impl == "unfused" || impl == "auto", "--impls: '", impl,
+                      "': expected fused, unfused or auto");
   }
   (void)opt.integer("iters", 1, 1000000);
   (void)opt.integer("warmup", 0, 1000000);
   (void)opt.integer("check", 0, 1 << 20);
   launch.context.heap_bytes = size_t(1) << 30;
+  const std::string table = !opt.text("tune-table").empty() ? opt.text("tune-table")
+                            : tune                          ? tp::tp_tune_table_path()
+                                                            : std::string();
+  TESSERA_CHECK_ARG(table.empty() || (std::find(impls.begin(), impls.end(), "fused") != impls.end() &&
+                                      std::find(impls.begin(), impls.end(), "unfused") != impls.end()),
+                    "--tune-table: needs --impls with both fused and unfused");
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     TpBench bench(ctx, opt);
     const sp::CostModel cost = sp::CostModel::for_topology(ctx.topology);
@@ -289,6 +304,7 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
           "TFLOP/s", "#wrong", "gemm_us", "overlap");
     }
     std::vector<BenchRecord> records;
+    std::vector<tp::TpTuneEntry> tuned;  // cases with both fused and unfused measured
     int64_t total_wrong = 0;
     for (const tp::TpLayerShape& layer : layers) {
       for (int64_t m : token_counts) {
@@ -309,19 +325,27 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
         const double gemm_us = on_cuda && fused_on_cuda ? bench.gemm_alone_us(request) : 0.0;
         std::vector<BenchRecord> of_case;
         for (const std::string& impl : impls) {
-          const bool fused = impl == "fused";
+          const bool fused = impl == "fused", automatic = impl == "auto";
           if (fused && on_cuda && !fused_on_cuda) continue;
           tp::TpPlanOptions options;
-          options.fuse =
-              fused ? tp::TpPlanOptions::Fuse::kFused : tp::TpPlanOptions::Fuse::kUnfused;
+          options.fuse = automatic ? tp::TpPlanOptions::Fuse::kAuto
+                         : fused   ? tp::TpPlanOptions::Fuse::kFused
+                                   : tp::TpPlanOptions::Fuse::kUnfused;
           options.num_signal_slots = ctx.heap ? ctx.heap->num_signal_slots() : 1024;
-          const tp::TpPlan plan = tp::plan_tp(request, ctx.topology, cost, options);
+          options.tuned_gpu = gpu_name(ctx);
+          tp::TpPlan plan = tp::plan_tp(request, ctx.topology, cost, options);
+          if (plan.fused && on_cuda && !fused_on_cuda) {
+            plan.fused = false;  // the cost model knows no backend: gemm_a2a fuses on cpu only
+            plan.reason += "; not fused on cuda (gemm_a2a)";
+          }
           const Measured result = bench.run(plan);
           total_wrong += result.wrong;
           BenchRecord rec;
           rec.bench = "tp";
           rec.case_name = name;
-          rec.impl = fused ? "tessera fused" : (on_cuda ? "cublaslt+nccl" : "tessera unfused");
+          rec.impl = automatic ? "tessera auto"
+                     : fused   ? "tessera fused"
+                               : (on_cuda ? "cublaslt+nccl" : "tessera unfused");
           rec.gpu = gpu_name(ctx);
           rec.num_gpus = on_cuda ? ctx.size : 0;
           rec.topology = topo;
@@ -336,12 +360,14 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
             rec.extra["effective_comm_us"] = result.median_us - gemm_us;
           }
           rec.extra_text["plan"] = tp::describe(plan);
+          if (automatic) rec.extra_text["reason"] = plan.reason;
           of_case.push_back(rec);
         }
         // The paper's overlap efficiency, on the fused record, against the unfused one.
         auto find = [&](bool fused) {
           return std::find_if(of_case.begin(), of_case.end(), [&](const BenchRecord& rec) {
-            return (rec.impl == "tessera fused") == fused;
+            return fused ? rec.impl == "tessera fused"
+                         : rec.impl == "cublaslt+nccl" || rec.impl == "tessera unfused";
           });
         };
         const auto fused_rec = find(true), unfused_rec = find(false);
@@ -350,6 +376,10 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
           fused_rec->extra["overlap_efficiency"] =
               (unfused_rec->median_us - fused_rec->median_us) / (unfused_rec->median_us - gemm_us);
           fused_rec->extra["vs_unfused"] = unfused_rec->median_us / fused_rec->median_us;
+        }
+        if (fused_rec != of_case.end() && unfused_rec != of_case.end()) {
+          tuned.push_back({gpu_name(ctx), ctx.size, request.num_machines, request.op, request.n,
+                           request.k, m, fused_rec->median_us, unfused_rec->median_us});
         }
         for (const BenchRecord& rec : of_case) {
           if (ctx.rank == 0) {
@@ -369,12 +399,25 @@ int run_bench_tp(const std::vector<std::string>& args, int argc, char** argv) {
     if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
     if (total_wrong != 0)
       throw_error(ErrorCode::kInternal, str("bench tp: ", total_wrong, " wrong elements"));
+    if (!table.empty()) {
+      tp::write_tp_tune_table(table, tuned);
+      std::printf("# %zu measured cases written to the tuning table %s\n", tuned.size(),
+                  table.c_str());
+    }
   });
 }
 
 const CommandRegistration kBenchTp(
     "bench tp", "tensor-parallel GEMMs with fused communication, fused vs unfused, verified",
-    run_bench_tp);
+    [](const std::vector<std::string>& args, int argc, char** argv) {
+      return run_tp(args, argc, argv, false);
+    });
+const CommandRegistration kTuneTp(
+    "tune tp",
+    "measure fused and unfused tensor-parallel GEMMs and write the planner's tuning table",
+    [](const std::vector<std::string>& args, int argc, char** argv) {
+      return run_tp(args, argc, argv, true);
+    });
 
 }  // namespace
 }  // namespace tessera::cli

@@ -16,6 +16,8 @@
 // (P-1)/P * bytes / bandwidth + two_sided_step_us over the slowest link it crosses.
 #pragma once
 
+#include <string>
+
 #include "tessera/comm/topology.h"
 #include "tessera/sp/cost_model.h"
 #include "tessera/tp/plan.h"
@@ -42,6 +44,10 @@ struct TpPlanOptions {
   int tile_m = 128;
   int tile_n = 128;
   int num_signal_slots = 1024;  // the heap's (SymmetricHeap::num_signal_slots())
+  // With kAuto: the GPU whose rows of the tuning table (tp/tune_table.h, read from
+  // tp_tune_table_path()) decide fusion where one matches the request, instead of the cost
+  // model; empty: the cost model alone.
+  std::string tuned_gpu;
 };
 
 // Throws kInvalidArgument naming the request field (validate_request) or option.
