@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench_record.h"
+#include "bench_stats.h"
 #include "command.h"
 #include "options.h"
 #include "rank_launch.h"
@@ -88,11 +89,6 @@ std::vector<int32_t> download(const void* src, size_t elements, const Stream& s)
   copy_bytes(host.data(), src, elements * sizeof(int32_t), s);
   s.synchronize();
   return host;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 class CommBench {

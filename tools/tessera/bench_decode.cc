@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench_record.h"
+#include "bench_stats.h"
 #include "command.h"
 #include "options.h"
 #include "tessera/core/buffer.h"
@@ -35,12 +36,6 @@ namespace tessera::cli {
 namespace {
 
 #ifdef TESSERA_WITH_CUDA
-
-std::string device_name() {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "unknown";
-  return prop.name;
-}
 
 // Median of `iters` event-timed calls of `fn` after `warmup` untimed ones, in microseconds.
 template <typename Fn>
@@ -180,7 +175,7 @@ int run_bench_decode(const std::vector<std::string>& args, int, char**) {
   }
   TESSERA_CHECK(cuda_available(), ErrorCode::kUnsupported, "bench decode: no CUDA device");
   const Stream stream = Stream::create_cuda(0);
-  const std::string gpu = device_name();
+  const std::string gpu = first_gpu_name();
   const double gbps = measure_read_gbps(stream);
   std::printf("# streaming read: %.0f GB/s on %s\n", gbps, gpu.c_str());
   std::printf("# %-28s %-8s %-8s %9s %10s %10s %10s %9s\n", "case", "impl", "cluster", "resident",
@@ -253,7 +248,7 @@ int run_tune_decode(const std::vector<std::string>& args, int, char**) {
   }
   TESSERA_CHECK(cuda_available(), ErrorCode::kUnsupported, "tune decode: no CUDA device");
   const Stream stream = Stream::create_cuda(0);
-  const std::string gpu = device_name();
+  const std::string gpu = first_gpu_name();
   const std::string path = opt.text("table").empty() ? decode::tune_table_path() : opt.text("table");
   std::vector<decode::TuneEntry> picks;
   for (const std::string& name : opt.list("models"))
@@ -298,7 +293,7 @@ int run_bench_cluster(const std::vector<std::string>& args, int, char**) {
   TESSERA_CHECK(cuda_available(), ErrorCode::kUnsupported, "bench cluster: no CUDA device");
   const Stream stream = Stream::create_cuda(0);
   auto s = static_cast<cudaStream_t>(stream.cuda_stream());
-  const std::string gpu = device_name();
+  const std::string gpu = first_gpu_name();
   const int iters = int(opt.integer("iters"));
   std::vector<BenchRecord> records;
   std::printf("# %-8s %-8s %8s %12s %12s %8s   (us per collective, f32)\n", "op", "cluster",

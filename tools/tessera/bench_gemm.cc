@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench_record.h"
+#include "bench_stats.h"
 #include "command.h"
 #include "options.h"
 #include "tessera/core/buffer.h"
@@ -34,19 +35,6 @@ struct GemmCase {
   std::string name;
   int64_t m, n, k;
 };
-
-std::string device_name() {
-#ifdef TESSERA_WITH_CUDA
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) return prop.name;
-#endif
-  return "unknown";
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 // Sampled outputs that differ from a float64 dot product by more than the output type's rounding
 // plus float32 accumulation over K.
@@ -205,7 +193,7 @@ int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
       rec.bench = "gemm";
       rec.case_name = c.name;
       rec.impl = ct.name;
-      rec.gpu = device_name();
+      rec.gpu = first_gpu_name();
       rec.num_gpus = 1;
       rec.topology = "1x1";
       rec.median_us = med;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "bench_record.h"
+#include "bench_stats.h"
 #include "command.h"
 #include "link_calibration.h"
 #include "options.h"
@@ -99,11 +100,6 @@ std::vector<float> download(const Tensor& t, const Stream& s) {
   s.synchronize();
   for (int64_t i = 0; i < n; ++i) out[size_t(i)] = load_as_float(raw.data(), t.view().dtype(), i);
   return out;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 struct Row {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bench_record.h"
+#include "bench_stats.h"
 #include "command.h"
 #include "options.h"
 #include "rank_launch.h"
@@ -45,11 +46,6 @@ float value(Operand tensor, int64_t row, int64_t col, DType dtype) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   x ^= x >> 31;
   return round_to_dtype(dtype, float(double(x >> 40) / double(1ull << 23) - 1.0));
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 struct Measured {

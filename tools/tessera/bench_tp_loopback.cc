@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bench_record.h"
+#include "bench_stats.h"
 #include "command.h"
 #include "options.h"
 #include "tessera/core/buffer.h"
@@ -28,19 +29,6 @@
 
 namespace tessera::cli {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
-std::string device_name() {
-#ifdef TESSERA_WITH_CUDA
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) return prop.name;
-#endif
-  return "unknown";
-}
 
 // Elements of `got` farther from `want` than two roundings of the output type allow.
 int64_t mismatches(const std::vector<std::byte>& got, const std::vector<std::byte>& want,
@@ -182,7 +170,7 @@ int run_bench_tp_loopback(const std::vector<std::string>& args, int, char**) {
         rec.bench = "tp";
         rec.case_name = name;
         rec.impl = row.impl;
-        rec.gpu = device_name();
+        rec.gpu = first_gpu_name();
         rec.num_gpus = 1;
         rec.topology = str(p, " ranks on 1 GPU (loopback)");
         rec.median_us = row.us;
