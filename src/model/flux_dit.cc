@@ -1,0 +1,292 @@
+// FluxDit on the cpu backend (flux_dit.h): float32 layer code through model ops and the cpu
+// linear, attention through sp::SpAttention.
+#include "tessera/model/flux_dit.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include "model/linear.h"
+#include "tessera/core/error.h"
+#include "tessera/model/ops.h"
+
+namespace tessera::model {
+namespace {
+
+constexpr float kEps = 1e-6f;
+
+TensorView rows_view(const float* data, int64_t rows, int64_t cols) {
+  return TensorView(const_cast<float*>(data), DType::kF32, Device::cpu(), {rows, cols});
+}
+
+// out = x W^T + b for `rows` rows of x.
+std::vector<float> apply(const FluxLinear& l, const std::vector<float>& x, int64_t rows) {
+  const int64_t out_features = int64_t(l.bias.size());
+  const int64_t in_features = int64_t(l.weight.size()) / out_features;
+  std::vector<float> out(size_t(rows * out_features));
+  linear(x.data(), rows, in_features, l.weight, l.bias, out.data(), out_features, Stream::cpu());
+  return out;
+}
+
+std::vector<float> silu(std::vector<float> x) {
+  for (float& v : x) v = v / (1.0f + std::exp(-v));
+  return x;
+}
+
+// diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0) of t * 1000, in
+// float32: [cos(t f_i), sin(t f_i)], f_i = exp(-ln(10000) i / 128).
+std::vector<float> sinusoid(float t) {
+  constexpr int kHalf = 128;
+  std::vector<float> e(2 * kHalf);
+  const float scaled = t * 1000.0f;
+  for (int i = 0; i < kHalf; ++i) {
+    const float f = std::exp(-std::log(10000.0f) * float(i) / float(kHalf));
+    e[size_t(i)] = std::cos(scaled * f);
+    e[size_t(kHalf + i)] = std::sin(scaled * f);
+  }
+  return e;
+}
+
+// layer_norm (no affine) of `rows` rows, then * (1 + scale) + shift; shift and scale point into
+// the adaLN linear's output.
+std::vector<float> modulated_norm(const std::vector<float>& x, int64_t rows, int64_t c,
+                                  const float* shift, const float* scale) {
+  std::vector<float> out(x.size());
+  if (rows == 0) return out;
+  const Stream s = Stream::cpu();
+  layer_norm(rows_view(x.data(), rows, c), {}, TensorView(), TensorView(), kEps,
+             rows_view(out.data(), rows, c), s);
+  const TensorView o(out.data(), DType::kF32, Device::cpu(), {1, rows, c});
+  adaln_modulate(o, rows_view(shift, 1, c), rows_view(scale, 1, c), o, s);
+  return out;
+}
+
+// x += gate * y, gate one value per column.
+void add_gated(std::vector<float>& x, const std::vector<float>& y, const float* gate, int64_t c) {
+  for (size_t i = 0; i < x.size(); ++i) x[i] += gate[i % size_t(c)] * y[i];
+}
+
+std::vector<float> feed_forward(const FluxLinear& up, const FluxLinear& down,
+                                const std::vector<float>& x, int64_t rows) {
+  std::vector<float> h = apply(up, x, rows);
+  if (rows > 0) gelu_tanh(rows_view(h.data(), rows, int64_t(up.bias.size())),
+                          rows_view(h.data(), rows, int64_t(up.bias.size())), Stream::cpu());
+  return apply(down, h, rows);
+}
+
+// Flux's RoPE tables for tokens with position ids (a0, a1, a2): per axis i of dims d_i (summing
+// to D), pair j of the axis turns by angle = a_i * theta^(-2j / d_i), in float64 as diffusers'
+// get_1d_rotary_pos_embed, then cos and sin rounded to float32, each for both dims of the pair.
+void rope_tables(const std::vector<std::array<int64_t, 3>>& ids, const std::vector<int64_t>& axes,
+                 int64_t d, std::vector<float>& cos_out, std::vector<float>& sin_out) {
+  cos_out.assign(ids.size() * size_t(d), 0.0f);
+  sin_out.assign(ids.size() * size_t(d), 0.0f);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    int64_t dim0 = 0;
+    for (size_t axis = 0; axis < axes.size(); ++axis) {
+      const int64_t di = axes[axis];
+      for (int64_t j = 0; j < di / 2; ++j) {
+        const double freq = 1.0 / std::pow(10000.0, double(2 * j) / double(di));
+        const double angle = double(ids[t][axis]) * freq;
+        for (int64_t e : {dim0 + 2 * j, dim0 + 2 * j + 1}) {
+          cos_out[t * size_t(d) + size_t(e)] = float(std::cos(angle));
+          sin_out[t * size_t(d) + size_t(e)] = float(std::sin(angle));
+        }
+      }
+      dim0 += di;
+    }
+  }
+}
+
+// Rotates interleaved pairs (x[2j], x[2j+1]) of every head of `rows` tokens [rows, H, D] as
+// diffusers' apply_rotary_emb(use_real_unbind_dim=-1): x * cos + rotated(x) * sin in float32.
+void rotate(std::vector<float>& x, int64_t rows, int64_t heads, int64_t d,
+            const std::vector<float>& cos_t, const std::vector<float>& sin_t) {
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* cs = cos_t.data() + t * d;
+    const float* sn = sin_t.data() + t * d;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x.data() + (t * heads + h) * d;
+      for (int64_t j = 0; j < d; j += 2) {
+        const float a = v[j], b = v[j + 1];
+        v[j] = a * cs[j] + (-b) * sn[j];
+        v[j + 1] = b * cs[j + 1] + a * sn[j + 1];
+      }
+    }
+  }
+}
+
+void head_rms_norm(std::vector<float>& x, int64_t rows, int64_t heads, int64_t d,
+                   const std::vector<float>& weight) {
+  if (rows == 0) return;
+  const TensorView v = rows_view(x.data(), rows * heads, d);
+  rms_norm(v, {}, TensorView(const_cast<float*>(weight.data()), DType::kF32, Device::cpu(), {d}),
+           kEps, v, Stream::cpu());
+}
+
+}  // namespace
+
+FluxDit::FluxDit(const FluxConfig& config, FluxDitWeights weights, RankContext& ctx,
+                 const FluxDitShape& shape, const sp::PlanOptions& sp_options)
+    : config_(config), w_(std::move(weights)), shape_(shape) {
+  TESSERA_CHECK(ctx.backend == Backend::kCpu, ErrorCode::kUnsupported,
+                "FluxDit: the ", backend_name(ctx.backend),
+                " backend: only the cpu layer code is built; expected a cpu context");
+  c_ = config.inner_dim();
+  heads_ = config.num_attention_heads;
+  d_ = config.attention_head_dim;
+  int64_t axes_sum = 0;
+  for (int64_t a : config.axes_dims_rope) {
+    TESSERA_CHECK_ARG(a >= 2 && a % 2 == 0, "axes_dims_rope: ", a, ": expected even dims >= 2");
+    axes_sum += a;
+  }
+  TESSERA_CHECK_ARG(config.axes_dims_rope.size() == 3 && axes_sum == d_,
+                    "axes_dims_rope: expected 3 axes summing to attention_head_dim = ", d_);
+  TESSERA_CHECK_ARG(int64_t(w_.double_blocks.size()) == config.num_layers &&
+                        int64_t(w_.single_blocks.size()) == config.num_single_layers,
+                    "weights: ", w_.double_blocks.size(), " double and ", w_.single_blocks.size(),
+                    " single blocks, expected num_layers = ", config.num_layers,
+                    " and num_single_layers = ", config.num_single_layers);
+  TESSERA_CHECK_ARG(shape.image_tokens >= 1 && shape.text_tokens >= 0,
+                    "shape: image_tokens = ", shape.image_tokens, ", text_tokens = ",
+                    shape.text_tokens, ": expected >= 1 and >= 0");
+  TESSERA_CHECK_ARG(shape.grid_width >= 1 && shape.image_tokens % shape.grid_width == 0,
+                    "shape.grid_width = ", shape.grid_width, ": expected a divisor of the ",
+                    shape.image_tokens, " image tokens");
+  sp::PlanRequest request;
+  request.batch = 1;
+  request.seq_len = shape.image_tokens;
+  request.heads = int(heads_);
+  request.kv_heads = int(heads_);
+  request.head_dim = int(d_);
+  request.dtype = DType::kF32;
+  request.joint_tokens = shape.text_tokens;
+  request.options = sp_options;
+  attention_ = sp::SpAttention::create(ctx, request);
+  for (const sp::TokenRun& run : attention_->local_tokens()) {
+    for (int64_t i = 0; i < run.count; ++i) local_tokens_.push_back(run.at(i) - shape.text_tokens);
+  }
+  rows_ = int64_t(local_tokens_.size());
+  std::vector<std::array<int64_t, 3>> text_ids(size_t(shape.text_tokens), {0, 0, 0}), image_ids;
+  for (int64_t t : local_tokens_) image_ids.push_back({0, t / shape.grid_width, t % shape.grid_width});
+  rope_tables(text_ids, config.axes_dims_rope, d_, cos_t_, sin_t_);
+  rope_tables(image_ids, config.axes_dims_rope, d_, cos_x_, sin_x_);
+}
+
+FluxDit::~FluxDit() = default;
+
+void FluxDit::attend(std::vector<float>& qt, std::vector<float>& kt, std::vector<float>& vt,
+                     std::vector<float>& qx, std::vector<float>& kx, std::vector<float>& vx,
+                     const std::vector<float>& norm_q, const std::vector<float>& norm_k,
+                     const std::vector<float>& norm_added_q,
+                     const std::vector<float>& norm_added_k, std::vector<float>& out_t,
+                     std::vector<float>& out_x) const {
+  const int64_t j = shape_.text_tokens;
+  head_rms_norm(qt, j, heads_, d_, norm_added_q);
+  head_rms_norm(kt, j, heads_, d_, norm_added_k);
+  head_rms_norm(qx, rows_, heads_, d_, norm_q);
+  head_rms_norm(kx, rows_, heads_, d_, norm_k);
+  rotate(qt, j, heads_, d_, cos_t_, sin_t_);
+  rotate(kt, j, heads_, d_, cos_t_, sin_t_);
+  rotate(qx, rows_, heads_, d_, cos_x_, sin_x_);
+  rotate(kx, rows_, heads_, d_, cos_x_, sin_x_);
+  out_t.assign(size_t(j * c_), 0.0f);
+  out_x.assign(size_t(rows_ * c_), 0.0f);
+  auto view = [&](std::vector<float>& v, int64_t rows) {
+    return TensorView(v.data(), DType::kF32, Device::cpu(), {1, rows, heads_, d_});
+  };
+  if (j > 0) {
+    attention_->run(view(qx, rows_), view(kx, rows_), view(vx, rows_), view(out_x, rows_),
+                    view(qt, j), view(kt, j), view(vt, j), view(out_t, j), Stream::cpu());
+  } else {
+    attention_->run(view(qx, rows_), view(kx, rows_), view(vx, rows_), view(out_x, rows_),
+                    Stream::cpu());
+  }
+}
+
+void FluxDit::double_block(const FluxDoubleBlockWeights& w, const std::vector<float>& cond,
+                           std::vector<float>& x, std::vector<float>& c) const {
+  const int64_t j = shape_.text_tokens;
+  // [shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp], each C wide.
+  const std::vector<float> ex = apply(w.norm1, cond, 1), ec = apply(w.norm1_context, cond, 1);
+  auto part = [&](const std::vector<float>& e, int i) { return e.data() + i * c_; };
+  const std::vector<float> nx = modulated_norm(x, rows_, c_, part(ex, 0), part(ex, 1));
+  const std::vector<float> nc = modulated_norm(c, j, c_, part(ec, 0), part(ec, 1));
+  const FluxAttentionWeights& a = w.attn;
+  std::vector<float> qx = apply(a.q, nx, rows_), kx = apply(a.k, nx, rows_), vx = apply(a.v, nx, rows_);
+  std::vector<float> qt = apply(a.add_q, nc, j), kt = apply(a.add_k, nc, j), vt = apply(a.add_v, nc, j);
+  std::vector<float> at, ax;
+  attend(qt, kt, vt, qx, kx, vx, a.norm_q, a.norm_k, a.norm_added_q, a.norm_added_k, at, ax);
+  add_gated(x, apply(a.out, ax, rows_), part(ex, 2), c_);
+  add_gated(x, feed_forward(w.ff_up, w.ff_down, modulated_norm(x, rows_, c_, part(ex, 3), part(ex, 4)), rows_),
+            part(ex, 5), c_);
+  add_gated(c, apply(a.add_out, at, j), part(ec, 2), c_);
+  add_gated(c, feed_forward(w.ff_context_up, w.ff_context_down,
+                            modulated_norm(c, j, c_, part(ec, 3), part(ec, 4)), j),
+            part(ec, 5), c_);
+}
+
+void FluxDit::single_block(const FluxSingleBlockWeights& w, const std::vector<float>& cond,
+                           std::vector<float>& x, std::vector<float>& c) const {
+  const int64_t j = shape_.text_tokens;
+  const std::vector<float> e = apply(w.norm, cond, 1);  // [shift, scale, gate]
+  const float* shift = e.data();
+  const float* scale = e.data() + c_;
+  const float* gate = e.data() + 2 * c_;
+  const std::vector<float> nx = modulated_norm(x, rows_, c_, shift, scale);
+  const std::vector<float> nc = modulated_norm(c, j, c_, shift, scale);
+  const FluxAttentionWeights& a = w.attn;
+  std::vector<float> qx = apply(a.q, nx, rows_), kx = apply(a.k, nx, rows_), vx = apply(a.v, nx, rows_);
+  std::vector<float> qt = apply(a.q, nc, j), kt = apply(a.k, nc, j), vt = apply(a.v, nc, j);
+  std::vector<float> at, ax;
+  attend(qt, kt, vt, qx, kx, vx, a.norm_q, a.norm_k, a.norm_q, a.norm_k, at, ax);
+  // Per token: h += gate * proj_out([attention | gelu_tanh(proj_mlp(n))]).
+  auto finish = [&](std::vector<float>& h, const std::vector<float>& n,
+                    const std::vector<float>& attn, int64_t rows) {
+    if (rows == 0) return;
+    std::vector<float> mlp = apply(w.proj_mlp, n, rows);
+    const TensorView m = rows_view(mlp.data(), rows, 4 * c_);
+    gelu_tanh(m, m, Stream::cpu());
+    std::vector<float> joined(size_t(rows * 5 * c_));
+    for (int64_t t = 0; t < rows; ++t) {
+      std::copy_n(attn.data() + t * c_, c_, joined.data() + t * 5 * c_);
+      std::copy_n(mlp.data() + t * 4 * c_, 4 * c_, joined.data() + t * 5 * c_ + c_);
+    }
+    add_gated(h, apply(w.proj_out, joined, rows), gate, c_);
+  };
+  finish(x, nx, ax, rows_);
+  finish(c, nc, at, j);
+}
+
+std::vector<float> FluxDit::forward(const std::vector<float>& image,
+                                    const std::vector<float>& text,
+                                    const FluxConditioning& cond) const {
+  const int64_t j = shape_.text_tokens;
+  TESSERA_CHECK_ARG(int64_t(image.size()) == rows_ * config_.in_channels, "image: ",
+                    image.size(), " values, expected this rank's ", rows_, " rows x in_channels ",
+                    config_.in_channels);
+  TESSERA_CHECK_ARG(int64_t(text.size()) == j * config_.joint_attention_dim, "text: ",
+                    text.size(), " values, expected ", j, " tokens x joint_attention_dim ",
+                    config_.joint_attention_dim);
+  TESSERA_CHECK_ARG(int64_t(cond.pooled.size()) == config_.pooled_projection_dim,
+                    "conditioning.pooled: ", cond.pooled.size(),
+                    " values, expected pooled_projection_dim = ", config_.pooled_projection_dim);
+  std::vector<float> x = apply(w_.x_embedder, image, rows_);
+  std::vector<float> c = apply(w_.context_embedder, text, j);
+  // temb = timestep [+ guidance] + pooled text, each through its two-layer SiLU MLP.
+  std::vector<float> temb = apply(w_.time_2, silu(apply(w_.time_1, sinusoid(cond.timestep), 1)), 1);
+  if (config_.guidance_embeds) {
+    const std::vector<float> g =
+        apply(w_.guidance_2, silu(apply(w_.guidance_1, sinusoid(cond.guidance), 1)), 1);
+    for (size_t i = 0; i < temb.size(); ++i) temb[i] += g[i];
+  }
+  const std::vector<float> pooled = apply(w_.text_2, silu(apply(w_.text_1, cond.pooled, 1)), 1);
+  for (size_t i = 0; i < temb.size(); ++i) temb[i] += pooled[i];
+  const std::vector<float> conditioning = silu(temb);  // what every adaLN linear reads
+  for (const FluxDoubleBlockWeights& b : w_.double_blocks) double_block(b, conditioning, x, c);
+  for (const FluxSingleBlockWeights& b : w_.single_blocks) single_block(b, conditioning, x, c);
+  const std::vector<float> e = apply(w_.norm_out, conditioning, 1);  // [scale, shift]
+  return apply(w_.proj_out, modulated_norm(x, rows_, c_, e.data() + c_, e.data()), rows_);
+}
+
+}  // namespace tessera::model
