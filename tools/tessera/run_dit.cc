@@ -2,13 +2,18 @@
 // attention sequence parallel over cpu rank threads, under each --sp method side by side: the
 // step's time (slowest rank) and the largest difference of every method's prediction from the
 // first method's. Random weights from --seed unless --weights names diffusers safetensors;
-// random latents, text states and pooled text. The model's CUDA layers are not built yet.
+// random latents, text states and pooled text unless --inputs names a safetensors file with
+// image [L, in_channels], text [J, joint_attention_dim], pooled [pooled_projection_dim],
+// timestep [1] and guidance [1] (bench/anchors/flux_dit_reference.py writes one beside
+// diffusers' prediction); --output writes the first method's prediction [L, out] there. The
+// model's CUDA layers are not built yet.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +24,7 @@
 #include "tessera/core/error.h"
 #include "tessera/model/flux_dit.h"
 #include "tessera/model/model_config.h"
+#include "tessera/model/safetensors.h"
 
 namespace tessera::cli {
 namespace {
@@ -66,6 +72,47 @@ std::vector<float> random_values(size_t n, uint64_t seed) {
   return v;
 }
 
+struct Inputs {
+  int64_t seq = 0, text = 0;
+  std::vector<float> image, text_states;
+  model::FluxConditioning cond;
+};
+
+Inputs random_inputs(const model::FluxConfig& config, int64_t seq, int64_t text, uint64_t seed) {
+  Inputs in;
+  in.seq = seq;
+  in.text = text;
+  in.image = random_values(size_t(seq * config.in_channels), seed + 1);
+  in.text_states = random_values(size_t(text * config.joint_attention_dim), seed + 2);
+  in.cond = {0.5f, 3.5f, random_values(size_t(config.pooled_projection_dim), seed + 3)};
+  return in;
+}
+
+// The tensors of --inputs, any float dtype, widened; shapes checked against the config.
+Inputs read_inputs(const model::FluxConfig& config, const std::string& path) {
+  const model::SafetensorsFile file = model::SafetensorsFile::open(path);
+  auto get = [&](const char* name, int64_t cols) {
+    const TensorView t = file.view(name);
+    TESSERA_CHECK_ARG(t.numel() >= 1 && t.numel() % cols == 0, "--inputs ", path, ": ", name,
+                      " has ", t.numel(), " values, expected a multiple of ", cols);
+    std::vector<float> v(size_t(t.numel()));
+    for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = load_as_float(t.data(), t.dtype(), i);
+    return v;
+  };
+  Inputs in;
+  in.image = get("image", config.in_channels);
+  in.text_states = get("text", config.joint_attention_dim);
+  in.seq = int64_t(in.image.size()) / config.in_channels;
+  in.text = int64_t(in.text_states.size()) / config.joint_attention_dim;
+  in.cond.pooled = get("pooled", config.pooled_projection_dim);
+  TESSERA_CHECK_ARG(int64_t(in.cond.pooled.size()) == config.pooled_projection_dim, "--inputs ",
+                    path, ": pooled: expected pooled_projection_dim = ",
+                    config.pooled_projection_dim, " values");
+  in.cond.timestep = get("timestep", 1).front();
+  if (config.guidance_embeds) in.cond.guidance = get("guidance", 1).front();
+  return in;
+}
+
 int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
   Options opt("run dit",
               {{"model", "tiny", "tiny, flux (Flux.1-dev's dimensions) or a Flux config.json"},
@@ -78,6 +125,9 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
                {"nranks", "4", "sequence-parallel ranks (cpu rank threads)"},
                {"emulate-nodes", "1", "group the ranks into N emulated machines"},
                {"seed", "1", "seed of the random weights and inputs"},
+               {"inputs", "", "safetensors file of image, text, pooled, timestep, guidance "
+                              "(default: random; sets --seq and --text)"},
+               {"output", "", "write the first method's prediction to this safetensors file"},
                {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
@@ -92,8 +142,12 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
     config.num_layers = int64_t(parse_integer(blocks[0], "--blocks (double)", 0, 1 << 10));
     config.num_single_layers = int64_t(parse_integer(blocks[1], "--blocks (single)", 0, 1 << 10));
   }
-  const int64_t seq = opt.integer("seq", 1, int64_t(1) << 24);
-  const int64_t text = opt.integer("text", 0, int64_t(1) << 20);
+  const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
+  Inputs in = opt.text("inputs").empty()
+                  ? random_inputs(config, opt.integer("seq", 1, int64_t(1) << 24),
+                                  opt.integer("text", 0, int64_t(1) << 20), seed)
+                  : read_inputs(config, opt.text("inputs"));
+  const int64_t seq = in.seq, text = in.text;
   int64_t width = opt.integer("grid-width", 0, seq);
   if (width == 0) {
     for (width = int64_t(std::sqrt(double(seq))); seq % width != 0; --width) {
@@ -106,17 +160,14 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
                                   ? std::vector<std::string>{"ring", "ulysses", "usp", "auto"}
                                   : opt.list("sp"))
     methods.push_back(sp::parse_method(m, "--sp"));
-  const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   const std::string weights_path = opt.text("weights");
   if (cuda_available())
     std::printf("# the DiT's CUDA layers are not built yet: running on the cpu backend\n");
 
   const model::FluxDitShape shape{seq, text, width};
-  const std::vector<float> image = random_values(size_t(seq * config.in_channels), seed + 1);
-  const std::vector<float> text_states =
-      random_values(size_t(text * config.joint_attention_dim), seed + 2);
-  const model::FluxConditioning cond{0.5f, 3.5f,
-                                     random_values(size_t(config.pooled_projection_dim), seed + 3)};
+  const std::vector<float>& image = in.image;
+  const std::vector<float>& text_states = in.text_states;
+  const model::FluxConditioning& cond = in.cond;
   const int64_t out_ch = config.patch_size * config.patch_size *
                          (config.out_channels > 0 ? config.out_channels : config.in_channels);
   RankLaunch launch;
@@ -184,6 +235,13 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
     records.push_back(rec);
   }
   if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
+  if (!opt.text("output").empty()) {
+    const std::vector<int64_t> dims = {seq, out_ch};
+    const model::NamedTensor t{"prediction",
+                               TensorView::contiguous(first.data(), DType::kF32, Device::cpu(),
+                                                      dims.data(), 2)};
+    model::write_safetensors(opt.text("output"), std::span<const model::NamedTensor>(&t, 1));
+  }
   for (const BenchRecord& rec : records)
     TESSERA_CHECK(rec.ok, ErrorCode::kInternal, "run dit: ", rec.impl,
                   " differs from the first method by ", rec.extra.at("max_diff_vs_first"));
