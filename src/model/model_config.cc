@@ -34,18 +34,19 @@ DType read_dtype(const JsonFields& f) {
   f.fail(key, f.find(key), "bfloat16, float16 or float32");
 }
 
-RopeScaling read_rope_scaling(const JsonFields& top) {
+// The scaling fields of a rope_scaling (transformers < 5) or rope_parameters (>= 5) object `f`.
+// rope_scaling must name its type; rope_parameters without one is the default RoPE.
+RopeScaling read_scaling_fields(const JsonFields& f, const std::string& object) {
   RopeScaling s;
-  if (!top.has("rope_scaling")) return s;
-  const JsonFields f(*top.find("rope_scaling"), top.source(), "rope_scaling.");
   // transformers writes "rope_type"; configs older than 4.43 write "type".
   const char* key = f.has("rope_type") ? "rope_type" : "type";
-  const std::string type = f.text(key);
+  const std::string type = object == "rope_parameters" ? f.text(key, std::string("default"))
+                                                       : f.text(key);
   if (type == "default") return s;
   if (type != "llama3")
     throw_error(
         ErrorCode::kUnsupported,
-        str(top.source(), ": rope_scaling.", key, " = \"", type,
+        str(f.source(), ": ", object, ".", key, " = \"", type,
             "\": expected \"llama3\" or \"default\" (the RoPE scalings Tessera implements)"));
   s.llama3 = true;
   s.factor = f.number("factor", 1.0, 1e6, std::nullopt);
@@ -57,6 +58,22 @@ RopeScaling read_rope_scaling(const JsonFields& top) {
   s.original_max_position_embeddings =
       f.integer("original_max_position_embeddings", 1, kMaxPositions);
   return s;
+}
+
+// RoPE's theta and scaling: transformers >= 5 writes both into "rope_parameters"; earlier
+// versions write "rope_theta" and "rope_scaling" at the top (a top-level rope_theta is the
+// fallback for a rope_parameters without one).
+void read_rope(const JsonFields& top, double& theta, RopeScaling& scaling) {
+  theta = top.number("rope_theta", 0.0, 1e12, 10000.0, true);
+  if (top.has("rope_parameters")) {
+    const JsonFields f(*top.find("rope_parameters"), top.source(), "rope_parameters.");
+    theta = f.number("rope_theta", 0.0, 1e12, theta, true);
+    scaling = read_scaling_fields(f, "rope_parameters");
+  } else if (top.has("rope_scaling")) {
+    scaling = read_scaling_fields(JsonFields(*top.find("rope_scaling"), top.source(),
+                                             "rope_scaling."),
+                                  "rope_scaling");
+  }
 }
 
 DecoderConfig read_decoder(const JsonFields& f, Architecture arch) {
@@ -91,8 +108,7 @@ DecoderConfig read_decoder(const JsonFields& f, Architecture arch) {
   c.max_position_embeddings =
       f.integer("max_position_embeddings", 1, kMaxPositions, default_positions);
   c.rms_norm_eps = f.number("rms_norm_eps", 0.0, 1.0, 1e-6, /*lo_open=*/true);
-  c.rope_theta = f.number("rope_theta", 0.0, 1e12, 10000.0, true);
-  c.rope_scaling = read_rope_scaling(f);
+  read_rope(f, c.rope_theta, c.rope_scaling);
   const std::string act = f.text("hidden_act", std::string("silu"));
   if (act != "silu") f.fail("hidden_act", f.find("hidden_act"), "\"silu\"");
   if (arch == Architecture::kQwen2) {

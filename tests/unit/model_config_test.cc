@@ -119,6 +119,34 @@ TEST(ModelConfig, ReadsLlama3WithItsRopeScaling) {
   EXPECT_FALSE(d.qkv_bias || d.o_bias || d.mlp_bias || d.tie_word_embeddings);
 }
 
+// transformers >= 5 writes RoPE's theta and scaling into "rope_parameters" (no top-level
+// rope_theta): read before, they fell back to theta 10000 and no scaling, a silent wrong model
+// found by bench/anchors/llama_reference.py.
+TEST(ModelConfig, ReadsTransformers5RopeParameters) {
+  const std::string base = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "vocab_size": 97, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, )";
+  const DecoderConfig d = parse_model_config(base + R"("rope_parameters": {"factor": 8.0,
+    "high_freq_factor": 4.0, "low_freq_factor": 1.0, "original_max_position_embeddings": 32,
+    "rope_theta": 500000.0, "rope_type": "llama3"}})").decoder;
+  EXPECT_DOUBLE_EQ(d.rope_theta, 500000.0);
+  EXPECT_TRUE(d.rope_scaling.llama3);
+  EXPECT_DOUBLE_EQ(d.rope_scaling.factor, 8.0);
+  EXPECT_EQ(d.rope_scaling.original_max_position_embeddings, 32);
+  const DecoderConfig plain = parse_model_config(
+      base + R"("rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}})").decoder;
+  EXPECT_DOUBLE_EQ(plain.rope_theta, 1000000.0);
+  EXPECT_FALSE(plain.rope_scaling.llama3);
+  try {
+    parse_model_config(base + R"("rope_parameters": {"rope_type": "yarn", "factor": 4.0}})");
+    ADD_FAILURE() << "yarn accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_parameters.rope_type = \"yarn\""),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ModelConfig, ReadsLlama2WithDefaults) {
   const ModelConfig c = parse_model_config(kLlama2_7b);
   EXPECT_EQ(c.dtype, DType::kF16);

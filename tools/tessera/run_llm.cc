@@ -20,6 +20,7 @@
 #include "tessera/core/error.h"
 #include "tessera/model/llama_model.h"
 #include "tessera/model/model_config.h"
+#include "tessera/model/safetensors.h"
 #include "tessera/model/weight_store.h"
 #include "tessera/runtime/memory.h"
 
@@ -85,6 +86,9 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
                {"gen", "8", "greedy tokens generated per sequence"},
                {"page-size", "16", "KV cache page size (tokens)"},
                {"seed", "1", "seed of the random weights and prompt tokens"},
+               {"prompt-tokens", "", "comma list of prompt token ids (batch 1; default: random)"},
+               {"logits-out", "", "write sequence 0's prefill logits [prompt, vocab] and its "
+                                  "generated tokens to this safetensors file"},
                {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
@@ -95,8 +99,12 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   const int64_t layers = opt.integer("layers", 0, 1 << 16);
   if (layers > 0) config.num_hidden_layers = layers;
   const int tp = int(opt.integer("tp", 1, 64));
-  const int64_t batch = opt.integer("batch", 1, 4096),
-                prompt = opt.integer("prompt-len", 1, 1 << 20),
+  std::vector<int32_t> given;
+  for (const std::string& t : opt.text("prompt-tokens").empty() ? std::vector<std::string>{}
+                                                                 : opt.list("prompt-tokens"))
+    given.push_back(int32_t(parse_integer(t, "--prompt-tokens", 0, config.vocab_size - 1)));
+  const int64_t batch = given.empty() ? opt.integer("batch", 1, 4096) : 1,
+                prompt = given.empty() ? opt.integer("prompt-len", 1, 1 << 20) : int64_t(given.size()),
                 gen = opt.integer("gen", 0, 1 << 20), page = opt.integer("page-size", 1, 1 << 16);
   const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   const std::string weights_path = opt.text("weights");
@@ -111,6 +119,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   for (auto& p : prompts) {
     for (int64_t t = 0; t < prompt; ++t) p.push_back(int32_t(rng() % uint64_t(config.vocab_size)));
   }
+  if (!given.empty()) prompts[0] = given;
 
   RankLaunch launch;
   launch.backend = "cpu";
@@ -133,6 +142,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
     auto start = std::chrono::steady_clock::now();
     std::vector<float> logits = m.forward(inputs);
     const double prefill_s = max_across_ranks(ctx, seconds_since(start));
+    const std::vector<float> prefill_logits(logits.begin(), logits.begin() + prompt * config.vocab_size);
     std::vector<std::vector<int32_t>> generated(static_cast<size_t>(batch));
     auto take_next = [&](bool after_prefill) {
       for (int64_t s = 0; s < batch; ++s) {
@@ -168,6 +178,17 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
     std::printf("  sequence 0 generated:");
     for (int32_t t : generated[0]) std::printf(" %d", t);
     std::printf("\n");
+    if (!opt.text("logits-out").empty()) {
+      const std::vector<int64_t> logits_dims = {prompt, vocab};
+      const std::vector<int64_t> token_dims = {int64_t(generated[0].size())};
+      const std::vector<model::NamedTensor> out = {
+          {"prefill_logits", TensorView::contiguous(const_cast<float*>(prefill_logits.data()),
+                                                    DType::kF32, Device::cpu(),
+                                                    logits_dims.data(), 2)},
+          {"generated", TensorView::contiguous(generated[0].data(), DType::kI32, Device::cpu(),
+                                               token_dims.data(), 1)}};
+      model::write_safetensors(opt.text("logits-out"), out);
+    }
     for (const bool prefill : {true, false}) {
       BenchRecord rec;
       rec.bench = "llm";
