@@ -6,7 +6,7 @@
 #include <array>
 #include <cmath>
 
-#include "model/linear.h"
+#include "model/dit_ops.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
 
@@ -15,22 +15,12 @@ namespace {
 
 constexpr float kEps = 1e-6f;
 
-TensorView rows_view(const float* data, int64_t rows, int64_t cols) {
-  return TensorView(const_cast<float*>(data), DType::kF32, Device::cpu(), {rows, cols});
-}
+using dit::add_gated;
+using dit::silu;
 
-// out = x W^T + b for `rows` rows of x.
-std::vector<float> apply(const FluxLinear& l, const std::vector<float>& x, int64_t rows) {
-  const int64_t out_features = int64_t(l.bias.size());
-  const int64_t in_features = int64_t(l.weight.size()) / out_features;
-  std::vector<float> out(size_t(rows * out_features));
-  linear(x.data(), rows, in_features, l.weight, l.bias, out.data(), out_features, Stream::cpu());
-  return out;
-}
-
-std::vector<float> silu(std::vector<float> x) {
-  for (float& v : x) v = v / (1.0f + std::exp(-v));
-  return x;
+// Every Flux linear has a bias: its width is the bias's.
+std::vector<float> apply(const LinearWeights& l, const std::vector<float>& x, int64_t rows) {
+  return dit::dense(l, x, rows, int64_t(l.weight.size() / l.bias.size()));
 }
 
 // diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0) of t * 1000, in
@@ -47,31 +37,15 @@ std::vector<float> sinusoid(float t) {
   return e;
 }
 
-// layer_norm (no affine) of `rows` rows, then * (1 + scale) + shift; shift and scale point into
-// the adaLN linear's output.
+// layer_norm (no affine) of `rows` rows, then * (1 + scale) + shift.
 std::vector<float> modulated_norm(const std::vector<float>& x, int64_t rows, int64_t c,
                                   const float* shift, const float* scale) {
-  std::vector<float> out(x.size());
-  if (rows == 0) return out;
-  const Stream s = Stream::cpu();
-  layer_norm(rows_view(x.data(), rows, c), {}, TensorView(), TensorView(), kEps,
-             rows_view(out.data(), rows, c), s);
-  const TensorView o(out.data(), DType::kF32, Device::cpu(), {1, rows, c});
-  adaln_modulate(o, rows_view(shift, 1, c), rows_view(scale, 1, c), o, s);
-  return out;
+  return dit::norm_modulate(x, rows, c, {}, {}, kEps, shift, scale);
 }
 
-// x += gate * y, gate one value per column.
-void add_gated(std::vector<float>& x, const std::vector<float>& y, const float* gate, int64_t c) {
-  for (size_t i = 0; i < x.size(); ++i) x[i] += gate[i % size_t(c)] * y[i];
-}
-
-std::vector<float> feed_forward(const FluxLinear& up, const FluxLinear& down,
+std::vector<float> feed_forward(const LinearWeights& up, const LinearWeights& down,
                                 const std::vector<float>& x, int64_t rows) {
-  std::vector<float> h = apply(up, x, rows);
-  if (rows > 0) gelu_tanh(rows_view(h.data(), rows, int64_t(up.bias.size())),
-                          rows_view(h.data(), rows, int64_t(up.bias.size())), Stream::cpu());
-  return apply(down, h, rows);
+  return dit::gelu_mlp(up, down, x, rows, int64_t(up.weight.size() / up.bias.size()));
 }
 
 // Flux's RoPE tables for tokens with position ids (a0, a1, a2): per axis i of dims d_i (summing
@@ -96,32 +70,6 @@ void rope_tables(const std::vector<std::array<int64_t, 3>>& ids, const std::vect
       dim0 += di;
     }
   }
-}
-
-// Rotates interleaved pairs (x[2j], x[2j+1]) of every head of `rows` tokens [rows, H, D] as
-// diffusers' apply_rotary_emb(use_real_unbind_dim=-1): x * cos + rotated(x) * sin in float32.
-void rotate(std::vector<float>& x, int64_t rows, int64_t heads, int64_t d,
-            const std::vector<float>& cos_t, const std::vector<float>& sin_t) {
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* cs = cos_t.data() + t * d;
-    const float* sn = sin_t.data() + t * d;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x.data() + (t * heads + h) * d;
-      for (int64_t j = 0; j < d; j += 2) {
-        const float a = v[j], b = v[j + 1];
-        v[j] = a * cs[j] + (-b) * sn[j];
-        v[j + 1] = b * cs[j + 1] + a * sn[j + 1];
-      }
-    }
-  }
-}
-
-void head_rms_norm(std::vector<float>& x, int64_t rows, int64_t heads, int64_t d,
-                   const std::vector<float>& weight) {
-  if (rows == 0) return;
-  const TensorView v = rows_view(x.data(), rows * heads, d);
-  rms_norm(v, {}, TensorView(const_cast<float*>(weight.data()), DType::kF32, Device::cpu(), {d}),
-           kEps, v, Stream::cpu());
 }
 
 }  // namespace
@@ -182,14 +130,14 @@ void FluxDit::attend(std::vector<float>& qt, std::vector<float>& kt, std::vector
                      const std::vector<float>& norm_added_k, std::vector<float>& out_t,
                      std::vector<float>& out_x) const {
   const int64_t j = shape_.text_tokens;
-  head_rms_norm(qt, j, heads_, d_, norm_added_q);
-  head_rms_norm(kt, j, heads_, d_, norm_added_k);
-  head_rms_norm(qx, rows_, heads_, d_, norm_q);
-  head_rms_norm(kx, rows_, heads_, d_, norm_k);
-  rotate(qt, j, heads_, d_, cos_t_, sin_t_);
-  rotate(kt, j, heads_, d_, cos_t_, sin_t_);
-  rotate(qx, rows_, heads_, d_, cos_x_, sin_x_);
-  rotate(kx, rows_, heads_, d_, cos_x_, sin_x_);
+  dit::head_rms_norm(qt, j, heads_, d_, norm_added_q, kEps);
+  dit::head_rms_norm(kt, j, heads_, d_, norm_added_k, kEps);
+  dit::head_rms_norm(qx, rows_, heads_, d_, norm_q, kEps);
+  dit::head_rms_norm(kx, rows_, heads_, d_, norm_k, kEps);
+  dit::rotate_interleaved(qt, j, heads_, d_, cos_t_, sin_t_);
+  dit::rotate_interleaved(kt, j, heads_, d_, cos_t_, sin_t_);
+  dit::rotate_interleaved(qx, rows_, heads_, d_, cos_x_, sin_x_);
+  dit::rotate_interleaved(kx, rows_, heads_, d_, cos_x_, sin_x_);
   out_t.assign(size_t(j * c_), 0.0f);
   out_x.assign(size_t(rows_ * c_), 0.0f);
   auto view = [&](std::vector<float>& v, int64_t rows) {
@@ -245,7 +193,7 @@ void FluxDit::single_block(const FluxSingleBlockWeights& w, const std::vector<fl
                     const std::vector<float>& attn, int64_t rows) {
     if (rows == 0) return;
     std::vector<float> mlp = apply(w.proj_mlp, n, rows);
-    const TensorView m = rows_view(mlp.data(), rows, 4 * c_);
+    const TensorView m(mlp.data(), DType::kF32, Device::cpu(), {rows, 4 * c_});
     gelu_tanh(m, m, Stream::cpu());
     std::vector<float> joined(size_t(rows * 5 * c_));
     for (int64_t t = 0; t < rows; ++t) {

@@ -20,7 +20,7 @@ uint64_t name_hash(const std::string& name) {  // FNV-1a: the same on every plat
   return h;
 }
 
-FluxLinear linear(const Source& source, const std::string& name, int64_t out, int64_t in) {
+LinearWeights linear(const Source& source, const std::string& name, int64_t out, int64_t in) {
   return {source(name + ".weight", out, in), source(name + ".bias", out, 1)};
 }
 

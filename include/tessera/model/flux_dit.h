@@ -29,48 +29,44 @@
 #include <vector>
 
 #include "tessera/comm/context.h"
+#include "tessera/model/linear_weights.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/weight_store.h"
 #include "tessera/sp/attention_layer.h"
 
 namespace tessera::model {
 
-struct FluxLinear {
-  std::vector<float> weight;  // [out, in], as diffusers stores it
-  std::vector<float> bias;    // [out]
-};
-
 struct FluxAttentionWeights {
-  FluxLinear q, k, v;                      // to_q, to_k, to_v
+  LinearWeights q, k, v;                      // to_q, to_k, to_v
   std::vector<float> norm_q, norm_k;       // [D]
-  FluxLinear add_q, add_k, add_v;          // double-stream only: add_{q,k,v}_proj
+  LinearWeights add_q, add_k, add_v;          // double-stream only: add_{q,k,v}_proj
   std::vector<float> norm_added_q, norm_added_k;
-  FluxLinear out, add_out;                 // double-stream only: to_out.0, to_add_out
+  LinearWeights out, add_out;                 // double-stream only: to_out.0, to_add_out
 };
 
 struct FluxDoubleBlockWeights {
-  FluxLinear norm1, norm1_context;  // [6C, C]
+  LinearWeights norm1, norm1_context;  // [6C, C]
   FluxAttentionWeights attn;
-  FluxLinear ff_up, ff_down;                  // ff.net.0.proj [4C, C], ff.net.2 [C, 4C]
-  FluxLinear ff_context_up, ff_context_down;  // ff_context.net.0.proj, ff_context.net.2
+  LinearWeights ff_up, ff_down;                  // ff.net.0.proj [4C, C], ff.net.2 [C, 4C]
+  LinearWeights ff_context_up, ff_context_down;  // ff_context.net.0.proj, ff_context.net.2
 };
 
 struct FluxSingleBlockWeights {
-  FluxLinear norm;  // [3C, C]
+  LinearWeights norm;  // [3C, C]
   FluxAttentionWeights attn;  // q, k, v and their norms
-  FluxLinear proj_mlp;        // [4C, C]
-  FluxLinear proj_out;        // [C, 5C]
+  LinearWeights proj_mlp;        // [4C, C]
+  LinearWeights proj_out;        // [C, 5C]
 };
 
 struct FluxDitWeights {
-  FluxLinear x_embedder, context_embedder;
-  FluxLinear time_1, time_2;          // time_text_embed.timestep_embedder.linear_{1,2}
-  FluxLinear guidance_1, guidance_2;  // ... guidance_embedder (guidance_embeds only)
-  FluxLinear text_1, text_2;          // time_text_embed.text_embedder.linear_{1,2}
+  LinearWeights x_embedder, context_embedder;
+  LinearWeights time_1, time_2;          // time_text_embed.timestep_embedder.linear_{1,2}
+  LinearWeights guidance_1, guidance_2;  // ... guidance_embedder (guidance_embeds only)
+  LinearWeights text_1, text_2;          // time_text_embed.text_embedder.linear_{1,2}
   std::vector<FluxDoubleBlockWeights> double_blocks;
   std::vector<FluxSingleBlockWeights> single_blocks;
-  FluxLinear norm_out;  // [2C, C]: scale, then shift
-  FluxLinear proj_out;  // [patch^2 * out_channels, C]
+  LinearWeights norm_out;  // [2C, C]: scale, then shift
+  LinearWeights proj_out;  // [patch^2 * out_channels, C]
 };
 
 // Random weights drawn per diffusers tensor name from `seed` (linears uniform in
