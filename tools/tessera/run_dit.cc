@@ -1,16 +1,22 @@
-// `tessera run dit`: one denoising step of a Flux.1 transformer (model/flux_dit.h) with its
-// attention sequence parallel over cpu rank threads, under each --sp method side by side: the
-// step's time (slowest rank) and the largest difference of every method's prediction from the
-// first method's. Random weights from --seed unless --weights names diffusers safetensors;
-// random latents, text states and pooled text unless --inputs names a safetensors file with
-// image [L, in_channels], text [J, joint_attention_dim], pooled [pooled_projection_dim],
-// timestep [1] and guidance [1] (bench/anchors/flux_dit_reference.py writes one beside
-// diffusers' prediction); --output writes the first method's prediction [L, out] there. The
-// model's CUDA layers are not built yet.
+// `tessera run dit`: one step of a DiT with its attention sequence parallel over cpu rank
+// threads, under each --sp method side by side: the step's time (slowest rank) and the largest
+// difference of every method's output from the first method's (the run fails past 1e-3).
+//   Flux (model/flux_dit.h): the whole transformer, one denoising step.
+//   CogVideoX (model/cogvideox_block.h): its transformer blocks on embedded video and text
+//   tokens (the patch embedding, positional embeddings and output head are not built).
+// Random weights from --seed unless --weights names diffusers safetensors; random inputs unless
+// --inputs names a safetensors file with Flux's image [L, in_channels], text [J,
+// joint_attention_dim], pooled [pooled_projection_dim], timestep [1], guidance [1], or
+// CogVideoX's hidden [L, C], encoder [J, C], temb [time_embed_dim] (the scripts
+// bench/anchors/flux_dit_reference.py and cogvideox_reference.py write them beside diffusers'
+// output); --output writes the first method's output [L, out] there as "prediction". The DiTs'
+// CUDA layers are not built yet.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <span>
@@ -22,6 +28,7 @@
 #include "options.h"
 #include "rank_launch.h"
 #include "tessera/core/error.h"
+#include "tessera/model/cogvideox_block.h"
 #include "tessera/model/flux_dit.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/safetensors.h"
@@ -29,40 +36,44 @@
 namespace tessera::cli {
 namespace {
 
-// Presets: tiny (the tests' 2-block model) and flux (Flux.1-dev's dimensions; --blocks cuts).
-model::FluxConfig flux_config(const std::string& name) {
-  model::FluxConfig f;
-  if (name == "tiny") {
-    f.in_channels = f.out_channels = 8;
-    f.num_layers = f.num_single_layers = 1;
-    f.attention_head_dim = 16;
-    f.num_attention_heads = 4;
-    f.joint_attention_dim = 12;
-    f.pooled_projection_dim = 10;
+// The DiT configurations: presets (tiny: the tests' models; flux: Flux.1-dev's dimensions;
+// cogvideox: CogVideoX-2B's; --blocks cuts) or a diffusers config.json.
+model::ModelConfig dit_config(const std::string& name) {
+  model::ModelConfig m;
+  if (name == "tiny" || name == "flux") {
+    m.architecture = model::Architecture::kFlux;
+    model::FluxConfig& f = m.flux;
+    const bool tiny = name == "tiny";
+    f.in_channels = f.out_channels = tiny ? 8 : 64;
+    f.num_layers = tiny ? 1 : 19;
+    f.num_single_layers = tiny ? 1 : 38;
+    f.attention_head_dim = tiny ? 16 : 128;
+    f.num_attention_heads = tiny ? 4 : 24;
+    f.joint_attention_dim = tiny ? 12 : 4096;
+    f.pooled_projection_dim = tiny ? 10 : 768;
     f.guidance_embeds = true;
-    f.axes_dims_rope = {4, 6, 6};
-    return f;
+    f.axes_dims_rope = tiny ? std::vector<int64_t>{4, 6, 6} : std::vector<int64_t>{16, 56, 56};
+    return m;
   }
-  if (name == "flux") {
-    f.in_channels = f.out_channels = 64;
-    f.num_layers = 19;
-    f.num_single_layers = 38;
-    f.attention_head_dim = 128;
-    f.num_attention_heads = 24;
-    f.joint_attention_dim = 4096;
-    f.pooled_projection_dim = 768;
-    f.guidance_embeds = true;
-    f.axes_dims_rope = {16, 56, 56};
-    return f;
+  if (name == "cogvideox-tiny" || name == "cogvideox") {
+    m.architecture = model::Architecture::kCogVideoX;
+    model::CogVideoXConfig& c = m.cogvideox;
+    const bool tiny = name == "cogvideox-tiny";
+    c.num_attention_heads = tiny ? 4 : 30;
+    c.attention_head_dim = tiny ? 16 : 64;
+    c.num_layers = tiny ? 2 : 30;
+    c.time_embed_dim = tiny ? 24 : 512;
+    c.text_embed_dim = tiny ? 12 : 4096;
+    c.in_channels = c.out_channels = 16;
+    return m;
   }
-  TESSERA_CHECK(name != "cogvideox", ErrorCode::kUnsupported,
-                "--model = cogvideox: its blocks are not built yet; expected tiny, flux or a "
-                "Flux config.json");
-  const model::ModelConfig config = model::read_model_config(name);
-  TESSERA_CHECK_ARG(config.architecture == model::Architecture::kFlux, "--model = '", name,
-                    "': a ", model::architecture_name(config.architecture),
-                    " model: expected tiny, flux or a Flux config.json");
-  return config.flux;
+  m = model::read_model_config(name);
+  TESSERA_CHECK_ARG(m.architecture == model::Architecture::kFlux ||
+                        m.architecture == model::Architecture::kCogVideoX,
+                    "--model = '", name, "': a ", model::architecture_name(m.architecture),
+                    " model: expected tiny, flux, cogvideox-tiny, cogvideox or a Flux or "
+                    "CogVideoX config.json");
+  return m;
 }
 
 std::vector<float> random_values(size_t n, uint64_t seed) {
@@ -72,155 +83,232 @@ std::vector<float> random_values(size_t n, uint64_t seed) {
   return v;
 }
 
-struct Inputs {
-  int64_t seq = 0, text = 0;
-  std::vector<float> image, text_states;
-  model::FluxConditioning cond;
+// A tensor of --inputs, any float dtype, widened; a multiple of `cols` values.
+std::vector<float> input_tensor(const model::SafetensorsFile& file, const char* name,
+                                int64_t cols) {
+  const TensorView t = file.view(name);
+  TESSERA_CHECK_ARG(t.numel() >= 1 && t.numel() % cols == 0, "--inputs ", file.path(), ": ",
+                    name, " has ", t.numel(), " values, expected a multiple of ", cols);
+  std::vector<float> v(size_t(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = load_as_float(t.data(), t.dtype(), i);
+  return v;
+}
+
+// One model's step on a rank: this rank's output rows, the image tokens they are, and the
+// attention plan's summary. A StepFn builds the model on a rank (untimed) and returns the step.
+struct RankStep {
+  std::vector<float> rows;
+  std::vector<int64_t> tokens;
+  std::string plan;
 };
+using StepFn =
+    std::function<std::function<RankStep()>(RankContext& ctx, const sp::PlanOptions& options)>;
 
-Inputs random_inputs(const model::FluxConfig& config, int64_t seq, int64_t text, uint64_t seed) {
-  Inputs in;
-  in.seq = seq;
-  in.text = text;
-  in.image = random_values(size_t(seq * config.in_channels), seed + 1);
-  in.text_states = random_values(size_t(text * config.joint_attention_dim), seed + 2);
-  in.cond = {0.5f, 3.5f, random_values(size_t(config.pooled_projection_dim), seed + 3)};
-  return in;
+// Gathers `x` rows [L, cols] at `tokens`.
+std::vector<float> rows_at(const std::vector<float>& x, int64_t cols,
+                           const std::vector<int64_t>& tokens) {
+  std::vector<float> rows;
+  for (int64_t t : tokens) rows.insert(rows.end(), x.begin() + t * cols, x.begin() + (t + 1) * cols);
+  return rows;
 }
 
-// The tensors of --inputs, any float dtype, widened; shapes checked against the config.
-Inputs read_inputs(const model::FluxConfig& config, const std::string& path) {
-  const model::SafetensorsFile file = model::SafetensorsFile::open(path);
-  auto get = [&](const char* name, int64_t cols) {
-    const TensorView t = file.view(name);
-    TESSERA_CHECK_ARG(t.numel() >= 1 && t.numel() % cols == 0, "--inputs ", path, ": ", name,
-                      " has ", t.numel(), " values, expected a multiple of ", cols);
-    std::vector<float> v(size_t(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = load_as_float(t.data(), t.dtype(), i);
-    return v;
-  };
-  Inputs in;
-  in.image = get("image", config.in_channels);
-  in.text_states = get("text", config.joint_attention_dim);
-  in.seq = int64_t(in.image.size()) / config.in_channels;
-  in.text = int64_t(in.text_states.size()) / config.joint_attention_dim;
-  in.cond.pooled = get("pooled", config.pooled_projection_dim);
-  TESSERA_CHECK_ARG(int64_t(in.cond.pooled.size()) == config.pooled_projection_dim, "--inputs ",
-                    path, ": pooled: expected pooled_projection_dim = ",
-                    config.pooled_projection_dim, " values");
-  in.cond.timestep = get("timestep", 1).front();
-  if (config.guidance_embeds) in.cond.guidance = get("guidance", 1).front();
-  return in;
-}
-
-int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
-  Options opt("run dit",
-              {{"model", "tiny", "tiny, flux (Flux.1-dev's dimensions) or a Flux config.json"},
-               {"weights", "", "diffusers safetensors file or directory (default: random)"},
-               {"blocks", "", "double,single blocks to run (default: the configuration's)"},
-               {"seq", "256", "image tokens L (packed latent patches)"},
-               {"grid-width", "0", "latent grid width W dividing L (0: the largest <= sqrt(L))"},
-               {"text", "32", "text tokens J"},
-               {"sp", "all", "comma list of ring, ulysses, usp, tas, torus, mesh, auto, or all"},
-               {"nranks", "4", "sequence-parallel ranks (cpu rank threads)"},
-               {"emulate-nodes", "1", "group the ranks into N emulated machines"},
-               {"seed", "1", "seed of the random weights and inputs"},
-               {"inputs", "", "safetensors file of image, text, pooled, timestep, guidance "
-                              "(default: random; sets --seq and --text)"},
-               {"output", "", "write the first method's prediction to this safetensors file"},
-               {"json", "", "write the records to this JSON file"}});
-  opt.parse(args);
-  if (opt.help_requested()) {
-    std::fputs(opt.usage().c_str(), stdout);
-    return 0;
-  }
-  model::FluxConfig config = flux_config(opt.text("model"));
+StepFn flux_step(const Options& opt, model::FluxConfig config, int64_t& seq, int64_t& out_cols,
+                 std::string& shape_text) {
   if (!opt.text("blocks").empty()) {
     const auto blocks = opt.list("blocks");
     TESSERA_CHECK_ARG(blocks.size() == 2, "--blocks = '", opt.text("blocks"),
-                      "': expected double,single (two counts)");
-    config.num_layers = int64_t(parse_integer(blocks[0], "--blocks (double)", 0, 1 << 10));
-    config.num_single_layers = int64_t(parse_integer(blocks[1], "--blocks (single)", 0, 1 << 10));
+                      "': expected double,single (two counts) for Flux");
+    config.num_layers = parse_integer(blocks[0], "--blocks (double)", 0, 1 << 10);
+    config.num_single_layers = parse_integer(blocks[1], "--blocks (single)", 0, 1 << 10);
   }
   const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
-  Inputs in = opt.text("inputs").empty()
-                  ? random_inputs(config, opt.integer("seq", 1, int64_t(1) << 24),
-                                  opt.integer("text", 0, int64_t(1) << 20), seed)
-                  : read_inputs(config, opt.text("inputs"));
-  const int64_t seq = in.seq, text = in.text;
+  auto image = std::make_shared<std::vector<float>>();
+  auto text = std::make_shared<std::vector<float>>();
+  model::FluxConditioning cond;
+  if (opt.text("inputs").empty()) {
+    seq = opt.integer("seq", 1, int64_t(1) << 24);
+    *image = random_values(size_t(seq * config.in_channels), seed + 1);
+    *text = random_values(size_t(opt.integer("text", 0, int64_t(1) << 20) *
+                                 config.joint_attention_dim),
+                          seed + 2);
+    cond = {0.5f, 3.5f, random_values(size_t(config.pooled_projection_dim), seed + 3)};
+  } else {
+    const model::SafetensorsFile file = model::SafetensorsFile::open(opt.text("inputs"));
+    *image = input_tensor(file, "image", config.in_channels);
+    *text = input_tensor(file, "text", config.joint_attention_dim);
+    seq = int64_t(image->size()) / config.in_channels;
+    cond.pooled = input_tensor(file, "pooled", config.pooled_projection_dim);
+    TESSERA_CHECK_ARG(int64_t(cond.pooled.size()) == config.pooled_projection_dim, "--inputs: "
+                      "pooled: expected pooled_projection_dim = ", config.pooled_projection_dim,
+                      " values");
+    cond.timestep = input_tensor(file, "timestep", 1).front();
+    if (config.guidance_embeds) cond.guidance = input_tensor(file, "guidance", 1).front();
+  }
+  const int64_t j = int64_t(text->size()) / config.joint_attention_dim;
   int64_t width = opt.integer("grid-width", 0, seq);
   if (width == 0) {
     for (width = int64_t(std::sqrt(double(seq))); seq % width != 0; --width) {
     }
   }
-  TESSERA_CHECK_ARG(seq % width == 0, "--grid-width = ", width, ": expected a divisor of --seq ",
-                    seq);
+  TESSERA_CHECK_ARG(seq % width == 0, "--grid-width = ", width, ": expected a divisor of the ",
+                    seq, " image tokens");
+  out_cols = config.patch_size * config.patch_size *
+             (config.out_channels > 0 ? config.out_channels : config.in_channels);
+  shape_text = str("Flux, ", config.num_layers, " double + ", config.num_single_layers,
+                   " single blocks, L ", seq, " (", seq / width, " x ", width, "), J ", j);
+  const model::FluxDitShape shape{seq, j, width};
+  const std::string weights = opt.text("weights");
+  return [=](RankContext& ctx, const sp::PlanOptions& options) {
+    auto dit = std::make_shared<model::FluxDit>(
+        config,
+        weights.empty() ? model::random_flux_weights(config, seed)
+                        : model::load_flux_weights(config, model::WeightStore::open(weights)),
+        ctx, shape, options);
+    return std::function<RankStep()>([=] {
+      RankStep r;
+      r.tokens = dit->local_image_tokens();
+      r.rows = dit->forward(rows_at(*image, config.in_channels, r.tokens), *text, cond);
+      r.plan = dit->attention_plan().summary();
+      return r;
+    });
+  };
+}
+
+StepFn cogvideox_step(const Options& opt, model::CogVideoXConfig config, int64_t& seq,
+                      int64_t& out_cols, std::string& shape_text) {
+  TESSERA_CHECK(!config.use_rotary_positional_embeddings, ErrorCode::kUnsupported,
+                "CogVideoX with use_rotary_positional_embeddings: its 3-D RoPE tables are not "
+                "built yet; expected a configuration without them (CogVideoX-2B's)");
+  if (!opt.text("blocks").empty())
+    config.num_layers = parse_integer(opt.text("blocks"), "--blocks (CogVideoX)", 0, 1 << 10);
+  const int64_t c = config.inner_dim(), t = config.time_embed_dim;
+  const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
+  auto hidden = std::make_shared<std::vector<float>>();
+  auto encoder = std::make_shared<std::vector<float>>();
+  auto temb = std::make_shared<std::vector<float>>();
+  if (opt.text("inputs").empty()) {
+    seq = opt.integer("seq", 1, int64_t(1) << 24);
+    *hidden = random_values(size_t(seq * c), seed + 1);
+    *encoder = random_values(size_t(opt.integer("text", 0, int64_t(1) << 20) * c), seed + 2);
+    *temb = random_values(size_t(t), seed + 3);
+  } else {
+    const model::SafetensorsFile file = model::SafetensorsFile::open(opt.text("inputs"));
+    *hidden = input_tensor(file, "hidden", c);
+    *encoder = input_tensor(file, "encoder", c);
+    *temb = input_tensor(file, "temb", t);
+    seq = int64_t(hidden->size()) / c;
+    TESSERA_CHECK_ARG(int64_t(temb->size()) == t, "--inputs: temb: expected time_embed_dim = ",
+                      t, " values");
+  }
+  const int64_t j = int64_t(encoder->size()) / c;
+  out_cols = c;
+  shape_text = str("CogVideoX blocks, ", config.num_layers, " blocks, L ", seq, ", J ", j);
+  const std::string weights = opt.text("weights");
+  return [=](RankContext& ctx, const sp::PlanOptions& options) {
+    sp::PlanRequest request;
+    request.seq_len = seq;
+    request.joint_tokens = j;
+    request.heads = request.kv_heads = int(config.num_attention_heads);
+    request.head_dim = int(config.attention_head_dim);
+    request.dtype = DType::kF32;
+    request.options = options;
+    std::shared_ptr<sp::SpAttention> attention = sp::SpAttention::create(ctx, request);
+    auto blocks = std::make_shared<std::vector<model::CogVideoXBlock>>();
+    const model::WeightStore store =
+        weights.empty() ? model::WeightStore() : model::WeightStore::open(weights);
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+      blocks->emplace_back(config,
+                           weights.empty() ? model::random_cogvideox_block(config, i, seed)
+                                           : model::load_cogvideox_block(config, i, store),
+                           *attention);
+    }
+    return std::function<RankStep()>([=] {
+      RankStep r;
+      for (const sp::TokenRun& run : attention->local_tokens())
+        for (int64_t i = 0; i < run.count; ++i) r.tokens.push_back(run.at(i) - j);
+      r.rows = rows_at(*hidden, c, r.tokens);
+      std::vector<float> text = *encoder;
+      for (const model::CogVideoXBlock& b : *blocks) b.forward(r.rows, text, *temb, {}, {});
+      r.plan = attention->plan().summary();
+      return r;
+    });
+  };
+}
+
+int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
+  Options opt(
+      "run dit",
+      {{"model", "tiny",
+        "tiny, flux (Flux.1-dev's dimensions), cogvideox-tiny, cogvideox (CogVideoX-2B's) or a "
+        "diffusers config.json"},
+       {"weights", "", "diffusers safetensors file or directory (default: random)"},
+       {"blocks", "", "Flux: double,single blocks; CogVideoX: blocks (default: the config's)"},
+       {"seq", "256", "image (video) tokens L"},
+       {"grid-width", "0", "Flux: latent grid width W dividing L (0: the largest <= sqrt(L))"},
+       {"text", "32", "text tokens J"},
+       {"sp", "all", "comma list of ring, ulysses, usp, tas, torus, mesh, auto, or all"},
+       {"nranks", "4", "sequence-parallel ranks (cpu rank threads)"},
+       {"emulate-nodes", "1", "group the ranks into N emulated machines"},
+       {"seed", "1", "seed of the random weights and inputs"},
+       {"inputs", "", "safetensors file of the model's inputs (default: random; sets --seq, --text)"},
+       {"output", "", "write the first method's output to this safetensors file"},
+       {"json", "", "write the records to this JSON file"}});
+  opt.parse(args);
+  if (opt.help_requested()) {
+    std::fputs(opt.usage().c_str(), stdout);
+    return 0;
+  }
+  const model::ModelConfig config = dit_config(opt.text("model"));
+  int64_t seq = 0, out_cols = 0;
+  std::string shape_text;
+  const StepFn step = config.architecture == model::Architecture::kFlux
+                          ? flux_step(opt, config.flux, seq, out_cols, shape_text)
+                          : cogvideox_step(opt, config.cogvideox, seq, out_cols, shape_text);
   std::vector<sp::Method> methods;
   for (const std::string& m : opt.text("sp") == "all"
                                   ? std::vector<std::string>{"ring", "ulysses", "usp", "auto"}
                                   : opt.list("sp"))
     methods.push_back(sp::parse_method(m, "--sp"));
-  const std::string weights_path = opt.text("weights");
   if (cuda_available())
     std::printf("# the DiT's CUDA layers are not built yet: running on the cpu backend\n");
-
-  const model::FluxDitShape shape{seq, text, width};
-  const std::vector<float>& image = in.image;
-  const std::vector<float>& text_states = in.text_states;
-  const model::FluxConditioning& cond = in.cond;
-  const int64_t out_ch = config.patch_size * config.patch_size *
-                         (config.out_channels > 0 ? config.out_channels : config.in_channels);
   RankLaunch launch;
   launch.backend = "cpu";
   launch.nranks = nranks_option(opt.text("nranks"));
   if (launch.nranks == 0) launch.nranks = 4;
   apply_emulation_options(int(opt.integer("emulate-nodes", 1, 4096)), "nic400", 0, -1,
                           launch.context);
-  std::vector<float> first;  // the first method's prediction [L, out], by token
+  std::printf("# tessera run dit: %s, %s, %d cpu ranks\n# %-10s %12s %14s  plan\n",
+              opt.text("model").c_str(), shape_text.c_str(), launch.nranks, "method", "step_ms",
+              "max_diff");
+  std::vector<float> first;  // the first method's output [L, out_cols], by token
   std::vector<BenchRecord> records;
-  std::printf("# tessera run dit: %s, %lld double + %lld single blocks, L %lld (%lld x %lld), "
-              "J %lld, %d cpu ranks\n# %-10s %12s %14s  plan\n",
-              opt.text("model").c_str(), static_cast<long long>(config.num_layers),
-              static_cast<long long>(config.num_single_layers), static_cast<long long>(seq),
-              static_cast<long long>(seq / width), static_cast<long long>(width),
-              static_cast<long long>(text), launch.nranks, "method", "step_ms", "max_diff");
-  int code = 0;
   for (sp::Method method : methods) {
-    std::vector<float> prediction(size_t(seq * out_ch), 0.0f);
+    std::vector<float> output(size_t(seq * out_cols), 0.0f);
     std::mutex mutex;
     double step_s = 0;
     std::string plan;
-    code = run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
-      model::FluxDitWeights weights =
-          weights_path.empty()
-              ? model::random_flux_weights(config, seed)
-              : model::load_flux_weights(config, model::WeightStore::open(weights_path));
+    const int code = run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
       sp::PlanOptions options;
       options.method = method;
-      model::FluxDit dit(config, std::move(weights), ctx, shape, options);
-      std::vector<float> rows;
-      for (int64_t t : dit.local_image_tokens())
-        rows.insert(rows.end(), image.begin() + t * config.in_channels,
-                    image.begin() + (t + 1) * config.in_channels);
+      const std::function<RankStep()> run = step(ctx, options);
       const auto start = std::chrono::steady_clock::now();
-      const std::vector<float> out = dit.forward(rows, text_states, cond);
+      const RankStep r = run();
       const double s = max_across_ranks(
           ctx, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       std::lock_guard<std::mutex> lock(mutex);
-      const std::vector<int64_t>& tokens = dit.local_image_tokens();
-      for (size_t r = 0; r < tokens.size(); ++r)
-        std::copy_n(out.begin() + int64_t(r) * out_ch, out_ch,
-                    prediction.begin() + tokens[r] * out_ch);
+      for (size_t i = 0; i < r.tokens.size(); ++i)
+        std::copy_n(r.rows.begin() + int64_t(i) * out_cols, out_cols,
+                    output.begin() + r.tokens[i] * out_cols);
       if (ctx.rank == 0) {
         step_s = s;
-        plan = dit.attention_plan().summary();
+        plan = r.plan;
       }
     });
     if (code != 0) return code;
-    if (first.empty()) first = prediction;
+    if (first.empty()) first = output;
     double max_diff = 0;
-    for (size_t i = 0; i < prediction.size(); ++i)
-      max_diff = std::max(max_diff, double(std::fabs(prediction[i] - first[i])));
+    for (size_t i = 0; i < output.size(); ++i)
+      max_diff = std::max(max_diff, double(std::fabs(output[i] - first[i])));
     std::printf("  %-10s %12.2f %14.3g  %s\n", sp::method_name(method), 1000.0 * step_s, max_diff,
                 plan.c_str());
     BenchRecord rec;
@@ -236,10 +324,9 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
   }
   if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
   if (!opt.text("output").empty()) {
-    const std::vector<int64_t> dims = {seq, out_ch};
-    const model::NamedTensor t{"prediction",
-                               TensorView::contiguous(first.data(), DType::kF32, Device::cpu(),
-                                                      dims.data(), 2)};
+    const std::vector<int64_t> dims = {seq, out_cols};
+    const model::NamedTensor t{"prediction", TensorView::contiguous(first.data(), DType::kF32,
+                                                                    Device::cpu(), dims.data(), 2)};
     model::write_safetensors(opt.text("output"), std::span<const model::NamedTensor>(&t, 1));
   }
   for (const BenchRecord& rec : records)
@@ -249,7 +336,7 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
 }
 
 const CommandRegistration kRunDit(
-    "run dit", "one Flux DiT denoising step, sequence parallel, each method side by side",
+    "run dit", "one DiT step (Flux, CogVideoX blocks), sequence parallel, methods side by side",
     run_dit);
 
 }  // namespace
