@@ -19,7 +19,7 @@ import tempfile
 
 import torch
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 
 def main():
@@ -30,24 +30,32 @@ def main():
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--tp", default="1,2,4", help="tensor-parallel degrees to run")
     ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--arch", default="llama", choices=["llama", "qwen2"],
+                    help="qwen2: q/k/v biases, no RoPE scaling")
     args = ap.parse_args()
 
     torch.manual_seed(0)
-    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
-            "rope_theta": 500000.0}
-    config = LlamaConfig(vocab_size=97, hidden_size=64, intermediate_size=128,
-                         num_hidden_layers=args.layers, num_attention_heads=4,
-                         num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-                         rms_norm_eps=1e-5, rope_theta=500000.0, rope_scaling=rope,
-                         tie_word_embeddings=False)
-    model = LlamaForCausalLM(config).float().eval()
+    common = dict(vocab_size=97, hidden_size=64, intermediate_size=128,
+                  num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
+                  max_position_embeddings=4096, rms_norm_eps=1e-5, tie_word_embeddings=False)
+    if args.arch == "llama":
+        rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 32,
+                "rope_theta": 500000.0}
+        config = LlamaConfig(head_dim=16, rope_theta=500000.0, rope_scaling=rope, **common)
+        model_class = LlamaForCausalLM
+    else:
+        config = Qwen2Config(rope_theta=1000000.0, use_sliding_window=False, **common)
+        model_class = Qwen2ForCausalLM
+    model = model_class(config).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or name.endswith("layernorm.weight"):
                 p.uniform_(0.9, 1.1)
             elif "embed_tokens" in name:
                 p.uniform_(-1.0, 1.0)
+            elif name.endswith(".bias"):
+                p.uniform_(-0.1, 0.1)
             else:
                 bound = p.shape[-1] ** -0.5
                 p.uniform_(-bound, bound)
