@@ -1,7 +1,8 @@
 // Arrays across the Python boundary. Any DLPack producer (NumPy, PyTorch, CuPy, JAX) arrives
 // as an nb::ndarray and leaves as a TensorView, after checks whose messages name the argument
 // and what was expected. Outputs Tessera allocates itself are NumPy arrays (cpu only: on cuda
-// the caller passes `out`, so no framework's allocator is linked here).
+// the caller passes `out`, so no framework's allocator is linked here); the Python layer hands
+// them back in the caller's framework (tessera/_frameworks.py: torch in, torch out).
 //
 // dtypes: float32, float16 and bfloat16 (DLPack's bfloat code: torch, JAX). NumPy has no
 // bfloat16, so a uint16 array is read as bfloat16 bit patterns, and bfloat16 outputs Tessera

@@ -34,14 +34,21 @@ from ._errors import (
     UnsupportedError,
     ERROR_CLASSES as _ERROR_CLASSES,
 )
+from ._frameworks import like_input as _like_input
 from ._ranks import run_cpu_ranks
 from . import sp
 
 _C._register_error_classes(_ERROR_CLASSES)
 
 RankContext = _C.RankContext
-attention = _C.attention
 reference_attention = _C.reference_attention
+
+
+def attention(q, k, v, **kwargs):
+    return _like_input(q, _C.attention(q, k, v, **kwargs))
+
+
+attention.__doc__ = _C.attention.__doc__
 info = _C.info
 
 __version__: str = _C.info()["version"]
