@@ -234,6 +234,10 @@ void bind_sp_attention(nb::module_& sp) {
           [](const SpAttentionLayer& l) { return l.live("local_rows")->local_rows(); },
           "L_r: this rank's image rows.")
       .def_prop_ro(
+          "joint_tokens",
+          [](const SpAttentionLayer& l) { return l.live("joint_tokens")->shape().joint_tokens; },
+          "J: the replicated joint (text) tokens in front of the image tokens.")
+      .def_prop_ro(
           "method", [](const SpAttentionLayer& l) { return l.live("method")->plan().method; },
           "The method planned (what auto chose): ring, ulysses, usp, tas, torus or mesh.")
       .def_prop_ro(

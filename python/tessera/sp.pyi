@@ -63,6 +63,9 @@ class Attention:
     @property
     def local_rows(self) -> int: ...
     @property
+    def joint_tokens(self) -> int:
+        """J: the replicated joint (text) tokens in front of the image tokens."""
+    @property
     def method(self) -> str:
         """The method planned (what auto chose)."""
     @property
