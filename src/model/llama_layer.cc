@@ -11,10 +11,6 @@
 namespace tessera::model {
 namespace {
 
-TensorView rows_view(std::vector<float>& data, int64_t rows, int64_t cols) {
-  return TensorView(data.data(), DType::kF32, Device::cpu(), {rows, cols});
-}
-
 TensorView vector_view(const std::vector<float>& data) {
   return TensorView(const_cast<float*>(data.data()), DType::kF32, Device::cpu(),
                     {int64_t(data.size())});
@@ -56,11 +52,50 @@ LlamaLayer::LlamaLayer(const DecoderConfig& config, const LlamaShapes& shapes, i
                     " frequencies");
 }
 
-void LlamaLayer::forward(const PackedBatch& batch, std::vector<float>& x,
-                         std::vector<float>& residual, PagedKvCache& cache, Communicator* comm,
-                         const Stream& stream) const {
-  const int64_t t = batch.total_tokens(), c = shapes_.hidden, d = shapes_.head_dim;
-  const int64_t qw = shapes_.q_width(), kvw = shapes_.kv_width(), f = shapes_.intermediate;
+const char* llama_op_name(LlamaOp op) {
+  switch (op) {
+    case LlamaOp::kAttnNorm: return "attn_norm";
+    case LlamaOp::kQkv: return "qkv";
+    case LlamaOp::kAttention: return "attention";
+    case LlamaOp::kOProj: return "o_proj";
+    case LlamaOp::kOAllReduce: return "o_all_reduce";
+    case LlamaOp::kMlpNorm: return "mlp_norm";
+    case LlamaOp::kGateUp: return "gate_up";
+    case LlamaOp::kDown: return "down";
+    case LlamaOp::kMlpAllReduce: return "mlp_all_reduce";
+  }
+  return "?";
+}
+
+OpKind llama_op_kind(LlamaOp op) {
+  switch (op) {
+    case LlamaOp::kQkv:
+    case LlamaOp::kOProj:
+    case LlamaOp::kGateUp:
+    case LlamaOp::kDown:
+      return OpKind::kCompute;
+    case LlamaOp::kOAllReduce:
+    case LlamaOp::kMlpAllReduce:
+      return OpKind::kNetwork;
+    default:
+      return OpKind::kMemory;
+  }
+}
+
+void LlamaLayerBuffers::resize(const LlamaShapes& s, int64_t tokens) {
+  h.resize(size_t(tokens * s.hidden));
+  q.resize(size_t(tokens * s.q_width()));
+  k.resize(size_t(tokens * s.kv_width()));
+  v.resize(size_t(tokens * s.kv_width()));
+  attn.resize(size_t(tokens * s.q_width()));
+  partial.resize(size_t(tokens * s.hidden));
+  gate.resize(size_t(tokens * s.intermediate));
+  up.resize(size_t(tokens * s.intermediate));
+}
+
+void LlamaLayer::check_call(const PackedBatch& batch, const std::vector<float>& x,
+                            const std::vector<float>& residual, Communicator* comm) const {
+  const int64_t t = batch.total_tokens(), c = shapes_.hidden;
   TESSERA_CHECK_ARG(int64_t(x.size()) == t * c && int64_t(residual.size()) == t * c,
                     "LlamaLayer::forward: x and residual: expected ", t, " x ", c, " floats");
   TESSERA_CHECK_ARG(
@@ -68,48 +103,96 @@ void LlamaLayer::forward(const PackedBatch& batch, std::vector<float>& x,
           (comm != nullptr && comm->size() == shapes_.ranks && comm->rank() == shapes_.rank),
       "LlamaLayer::forward: comm: expected the group of rank ", shapes_.rank, " of ", shapes_.ranks,
       " (null for one rank)");
-  if (t == 0) return;
-  const Device cpu = Device::cpu();
-  const TensorView res = rows_view(residual, t, c);
-  std::vector<float> h(size_t(t * c));
-  rms_norm(rows_view(x, t, c), {res, res}, vector_view(w_.input_norm), eps_, rows_view(h, t, c),
-           stream);
-
-  std::vector<float> q(size_t(t * qw)), k(size_t(t * kvw)), v(size_t(t * kvw));
-  linear(h.data(), t, c, w_.q, w_.q_bias, q.data(), qw, stream);
-  linear(h.data(), t, c, w_.k, w_.k_bias, k.data(), kvw, stream);
-  linear(h.data(), t, c, w_.v, w_.v_bias, v.data(), kvw, stream);
-  const TensorView positions(const_cast<int32_t*>(batch.positions.data()), DType::kI32, cpu, {t});
-  const TensorView q_heads(q.data(), DType::kF32, cpu, {t, shapes_.q_heads, d});
-  const TensorView k_heads(k.data(), DType::kF32, cpu, {t, shapes_.kv_heads, d});
-  rope(q_heads, positions, vector_view(*inv_freq_), q_heads, stream);
-  rope(k_heads, positions, vector_view(*inv_freq_), k_heads, stream);
-  const TensorView v_heads(v.data(), DType::kF32, cpu, {t, shapes_.kv_heads, d});
-  for (const PackedSequence& s : batch.sequences) {
-    cache.write(layer_idx_, s.seq_id, s.start, k_heads.slice(0, s.first_row, s.num_tokens),
-                v_heads.slice(0, s.first_row, s.num_tokens));
-  }
-
-  std::vector<float> attn(size_t(t * qw)), partial(size_t(t * c));
-  attend(batch, q, cache, attn);
-  linear(attn.data(), t, qw, w_.o, {}, partial.data(), c, stream);
-  sum_over_ranks(partial, x, comm, stream);
-
-  rms_norm(rows_view(x, t, c), {res, res}, vector_view(w_.post_norm), eps_, rows_view(h, t, c),
-           stream);
-  std::vector<float> gate(size_t(t * f)), up(size_t(t * f));
-  linear(h.data(), t, c, w_.gate, {}, gate.data(), f, stream);
-  linear(h.data(), t, c, w_.up, {}, up.data(), f, stream);
-  silu_and_mul(rows_view(gate, t, f), rows_view(up, t, f), rows_view(gate, t, f), stream);
-  linear(gate.data(), t, f, w_.down, {}, partial.data(), c, stream);
-  sum_over_ranks(partial, x, comm, stream);
 }
 
-void LlamaLayer::attend(const PackedBatch& batch, const std::vector<float>& q,
+void LlamaLayer::forward(const PackedBatch& batch, std::vector<float>& x,
+                         std::vector<float>& residual, PagedKvCache& cache, Communicator* comm,
+                         const Stream& stream) const {
+  check_call(batch, x, residual, comm);
+  if (batch.total_tokens() == 0) return;
+  LlamaLayerBuffers buffers;
+  buffers.resize(shapes_, batch.total_tokens());
+  for (int op = 0; op < kLlamaOps; ++op) {
+    run_op(LlamaOp(op), batch, {0, batch.sequences.size()}, x, residual, buffers, cache, comm,
+           stream);
+  }
+}
+
+void LlamaLayer::run_op(LlamaOp op, const PackedBatch& batch, SequenceRange range,
+                        std::vector<float>& x, std::vector<float>& residual,
+                        LlamaLayerBuffers& buf, PagedKvCache& cache, Communicator* comm,
+                        const Stream& stream) const {
+  TESSERA_CHECK_ARG(range.begin <= range.end && range.end <= batch.sequences.size(),
+                    "LlamaLayer::run_op: sequences [", range.begin, ", ", range.end,
+                    ") of a batch of ", batch.sequences.size());
+  if (range.begin == range.end) return;
+  const PackedSequence& first = batch.sequences[range.begin];
+  const PackedSequence& last = batch.sequences[range.end - 1];
+  const int64_t r0 = first.first_row, t = last.first_row + last.num_tokens - r0;
+  if (t == 0) return;
+  const int64_t c = shapes_.hidden, d = shapes_.head_dim;
+  const int64_t qw = shapes_.q_width(), kvw = shapes_.kv_width(), f = shapes_.intermediate;
+  const Device cpu = Device::cpu();
+  // Rows [r0, r0 + t) of a [T, width] buffer: a view, no copy.
+  auto rows = [&](std::vector<float>& b, int64_t width) {
+    return TensorView(b.data() + r0 * width, DType::kF32, cpu, {t, width});
+  };
+  auto at = [&](std::vector<float>& b, int64_t width) { return b.data() + r0 * width; };
+  switch (op) {
+    case LlamaOp::kAttnNorm:
+    case LlamaOp::kMlpNorm: {
+      const TensorView res = rows(residual, c);
+      rms_norm(rows(x, c), {res, res},
+               vector_view(op == LlamaOp::kAttnNorm ? w_.input_norm : w_.post_norm), eps_,
+               rows(buf.h, c), stream);
+      return;
+    }
+    case LlamaOp::kQkv: {
+      linear(at(buf.h, c), t, c, w_.q, w_.q_bias, at(buf.q, qw), qw, stream);
+      linear(at(buf.h, c), t, c, w_.k, w_.k_bias, at(buf.k, kvw), kvw, stream);
+      linear(at(buf.h, c), t, c, w_.v, w_.v_bias, at(buf.v, kvw), kvw, stream);
+      const TensorView positions(const_cast<int32_t*>(batch.positions.data()) + r0, DType::kI32,
+                                 cpu, {t});
+      const TensorView q_heads(at(buf.q, qw), DType::kF32, cpu, {t, shapes_.q_heads, d});
+      const TensorView k_heads(at(buf.k, kvw), DType::kF32, cpu, {t, shapes_.kv_heads, d});
+      const TensorView v_heads(at(buf.v, kvw), DType::kF32, cpu, {t, shapes_.kv_heads, d});
+      rope(q_heads, positions, vector_view(*inv_freq_), q_heads, stream);
+      rope(k_heads, positions, vector_view(*inv_freq_), k_heads, stream);
+      for (size_t i = range.begin; i < range.end; ++i) {
+        const PackedSequence& s = batch.sequences[i];
+        cache.write(layer_idx_, s.seq_id, s.start, k_heads.slice(0, s.first_row - r0, s.num_tokens),
+                    v_heads.slice(0, s.first_row - r0, s.num_tokens));
+      }
+      return;
+    }
+    case LlamaOp::kAttention:
+      attend(batch, range, buf.q, cache, buf.attn);
+      return;
+    case LlamaOp::kOProj:
+      linear(at(buf.attn, qw), t, qw, w_.o, {}, at(buf.partial, c), c, stream);
+      return;
+    case LlamaOp::kGateUp: {
+      linear(at(buf.h, c), t, c, w_.gate, {}, at(buf.gate, f), f, stream);
+      linear(at(buf.h, c), t, c, w_.up, {}, at(buf.up, f), f, stream);
+      silu_and_mul(rows(buf.gate, f), rows(buf.up, f), rows(buf.gate, f), stream);
+      return;
+    }
+    case LlamaOp::kDown:
+      linear(at(buf.gate, f), t, f, w_.down, {}, at(buf.partial, c), c, stream);
+      return;
+    case LlamaOp::kOAllReduce:
+    case LlamaOp::kMlpAllReduce:
+      sum_over_ranks(rows(buf.partial, c), rows(x, c), comm, stream);
+      return;
+  }
+}
+
+void LlamaLayer::attend(const PackedBatch& batch, SequenceRange range, const std::vector<float>& q,
                         const PagedKvCache& cache, std::vector<float>& out) const {
   const int64_t hq = shapes_.q_heads, d = shapes_.head_dim, qw = shapes_.q_width();
   const float scale = 1.0f / std::sqrt(float(d));
-  for (const PackedSequence& s : batch.sequences) {
+  for (size_t i = range.begin; i < range.end; ++i) {
+    const PackedSequence& s = batch.sequences[i];
     if (s.num_tokens == 0) continue;
     float* q_rows = const_cast<float*>(q.data()) + s.first_row * qw;
     const TensorView q_seq(q_rows, DType::kF32, Device::cpu(), {1, s.num_tokens, hq, d});
@@ -120,13 +203,13 @@ void LlamaLayer::attend(const PackedBatch& batch, const std::vector<float>& q,
   }
 }
 
-void LlamaLayer::sum_over_ranks(std::vector<float>& partial, std::vector<float>& out,
+void LlamaLayer::sum_over_ranks(const TensorView& partial, const TensorView& out,
                                 Communicator* comm, const Stream& stream) const {
   if (comm == nullptr) {
-    out = partial;
+    std::memcpy(out.data(), partial.data(), size_t(partial.numel()) * sizeof(float));
     return;
   }
-  const int64_t n = int64_t(partial.size());
+  const int64_t n = partial.numel();
   comm->all_reduce(TensorView(partial.data(), DType::kF32, Device::cpu(), {n}),
                    TensorView(out.data(), DType::kF32, Device::cpu(), {n}), ReduceOp::kSum, stream);
   comm->synchronize(stream);

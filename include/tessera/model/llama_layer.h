@@ -26,6 +26,38 @@
 
 namespace tessera::model {
 
+// The layer's forward as logical operations, in order, each over a range of the batch's
+// sequences (their rows are contiguous): what a scheduler (tessera/sched/) interleaves across
+// nano-batches. Each reads what the one before it wrote for the same rows; the all-reduces are
+// collectives over the tensor-parallel group.
+enum class LlamaOp : int {
+  kAttnNorm,      // h = rms_norm(x + residual)                memory
+  kQkv,           // q, k, v = h W^T, RoPE, into the KV cache  compute
+  kAttention,     // attn = attention over each sequence      memory
+  kOProj,         // partial = attn Wo^T                       compute
+  kOAllReduce,    // x = sum over ranks of partial             network
+  kMlpNorm,       // h = rms_norm(x + residual)                memory
+  kGateUp,        // gate = silu(h Wg^T) * h Wu^T              compute
+  kDown,          // partial = gate Wd^T                       compute
+  kMlpAllReduce,  // x = sum over ranks of partial             network
+};
+inline constexpr int kLlamaOps = 9;
+enum class OpKind : uint8_t { kCompute, kMemory, kNetwork };
+const char* llama_op_name(LlamaOp op);
+OpKind llama_op_kind(LlamaOp op);
+
+// The intermediate activations of one layer call, [T, width] each: nano-batches are row
+// ranges of them (views).
+struct LlamaLayerBuffers {
+  std::vector<float> h, q, k, v, attn, partial, gate, up;
+  void resize(const LlamaShapes& shapes, int64_t tokens);
+};
+
+// Sequences [begin, end) of a PackedBatch.
+struct SequenceRange {
+  size_t begin = 0, end = 0;
+};
+
 class LlamaLayer {
  public:
   // `shapes` from llama_shapes(config, rank, P); `inv_freq` from rope_inv_freq (shared by the
@@ -40,11 +72,20 @@ class LlamaLayer {
   void forward(const PackedBatch& batch, std::vector<float>& x, std::vector<float>& residual,
                PagedKvCache& cache, Communicator* comm, const Stream& stream) const;
 
+  // One logical operation on the rows of `range`'s sequences; forward() is every op in order on
+  // all of them. x, residual [T, C] and `buffers` (resize()d for T) are the whole batch's.
+  void run_op(LlamaOp op, const PackedBatch& batch, SequenceRange range, std::vector<float>& x,
+              std::vector<float>& residual, LlamaLayerBuffers& buffers, PagedKvCache& cache,
+              Communicator* comm, const Stream& stream) const;
+  // forward()'s argument checks (run_op's callers make them once per call).
+  void check_call(const PackedBatch& batch, const std::vector<float>& x,
+                  const std::vector<float>& residual, Communicator* comm) const;
+
  private:
-  void attend(const PackedBatch& batch, const std::vector<float>& q, const PagedKvCache& cache,
-              std::vector<float>& out) const;
+  void attend(const PackedBatch& batch, SequenceRange range, const std::vector<float>& q,
+              const PagedKvCache& cache, std::vector<float>& out) const;
   // out = the sum over ranks of `partial` (a copy when there is no group).
-  void sum_over_ranks(std::vector<float>& partial, std::vector<float>& out, Communicator* comm,
+  void sum_over_ranks(const TensorView& partial, const TensorView& out, Communicator* comm,
                       const Stream& stream) const;
 
   LlamaShapes shapes_;
