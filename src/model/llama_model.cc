@@ -5,6 +5,7 @@
 #include "linear.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
+#include "tessera/sched/schedule.h"
 
 namespace tessera::model {
 namespace {
@@ -77,7 +78,9 @@ PackedBatch LlamaModel::pack(std::span<const SequenceTokens> inputs) const {
   return batch;
 }
 
-std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs) {
+template <typename RunLayers>
+std::vector<float> LlamaModel::forward_with(std::span<const SequenceTokens> inputs,
+                                            RunLayers&& run_layers) {
   const PackedBatch batch = pack(inputs);
   for (const PackedSequence& s : batch.sequences) cache_.extend(s.seq_id, s.num_tokens);
   const int64_t t = batch.total_tokens(), c = shapes_.hidden, v = shapes_.vocab;
@@ -90,7 +93,7 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs) {
   embedding(TensorView(ids.data(), DType::kI32, cpu, {t}),
             TensorView(embed_.data(), DType::kF32, cpu, {v, c}),
             TensorView(x.data(), DType::kF32, cpu, {t, c}), stream_);
-  for (const LlamaLayer& layer : layers_) layer.forward(batch, x, residual, cache_, comm_, stream_);
+  run_layers(batch, x, residual);
   std::vector<float> h(size_t(t * c)), logits(size_t(t * v));
   const TensorView res(residual.data(), DType::kF32, cpu, {t, c});
   rms_norm(TensorView(x.data(), DType::kF32, cpu, {t, c}), {res, res},
@@ -98,6 +101,34 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs) {
            TensorView(h.data(), DType::kF32, cpu, {t, c}), stream_);
   linear(h.data(), t, c, lm_head_, {}, logits.data(), v, stream_);
   return logits;
+}
+
+std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs) {
+  return forward_with(inputs, [&](const PackedBatch& batch, std::vector<float>& x,
+                                  std::vector<float>& residual) {
+    for (const LlamaLayer& layer : layers_) layer.forward(batch, x, residual, cache_, comm_, stream_);
+  });
+}
+
+std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
+                                       const sched::Strategy& strategy) {
+  return forward_with(inputs, [&](const PackedBatch& batch, std::vector<float>& x,
+                                  std::vector<float>& residual) {
+    // One set of activations per layer call, shared by the nano-batches (row ranges of it).
+    LlamaLayerBuffers buffers;
+    buffers.resize(shapes_, batch.total_tokens());
+    for (const LlamaLayer& layer : layers_) layer.check_call(batch, x, residual, comm_);
+    sched::ScheduleContext ctx(
+        int64_t(layers_.size()), strategy.split(batch),
+        [&](const sched::NanoBatch& nano, sched::Step step) {
+          layers_[size_t(step.layer)].run_op(step.op, batch,
+                                             {nano.first_seq, nano.first_seq + nano.num_seqs}, x,
+                                             residual, buffers, cache_, comm_, stream_);
+        });
+    strategy.schedule(ctx);
+    TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),
+                  " returned before running every operation");
+  });
 }
 
 std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt,

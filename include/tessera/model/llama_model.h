@@ -18,6 +18,10 @@
 #include "tessera/model/paged_kv_cache.h"
 #include "tessera/runtime/stream.h"
 
+namespace tessera::sched {
+class Strategy;
+}
+
 namespace tessera::model {
 
 struct KvCacheSize {
@@ -47,6 +51,10 @@ class LlamaModel {
   // (unknown or repeated seq_id, a token outside [0, V)) or when the cache is out of pages;
   // nothing is cached then.
   std::vector<float> forward(std::span<const SequenceTokens> inputs);
+  // The same, with the layers' operations split into nano-batches and ordered by `strategy`
+  // (tessera/sched/schedule.h): bitwise the same logits as forward(inputs).
+  std::vector<float> forward(std::span<const SequenceTokens> inputs,
+                             const sched::Strategy& strategy);
 
   // Prefill `prompt` (non-empty) in a new sequence, then take the argmax token and feed it back,
   // `steps` times; returns those `steps` tokens. The sequence is released at the end.
@@ -54,6 +62,9 @@ class LlamaModel {
 
  private:
   PackedBatch pack(std::span<const SequenceTokens> inputs) const;
+  // forward()'s body around the layers: `layers(batch, x, residual)` runs them.
+  template <typename RunLayers>
+  std::vector<float> forward_with(std::span<const SequenceTokens> inputs, RunLayers&& layers);
 
   DecoderConfig config_;
   LlamaShapes shapes_;

@@ -1,0 +1,18 @@
+#include "sched/strategies.h"
+#include "tessera/core/error.h"
+
+namespace tessera::sched {
+
+std::vector<std::string> strategy_names() {
+  return {"sequential", "nanoflow", "dual_batch"};
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name) {
+  if (name == "sequential") return std::make_unique<SequentialStrategy>();
+  if (name == "nanoflow") return std::make_unique<NanoFlowStrategy>();
+  if (name == "dual_batch") return std::make_unique<DualBatchStrategy>();
+  throw_error(ErrorCode::kInvalidArgument,
+              str("strategy = '", name, "': expected sequential, nanoflow or dual_batch"));
+}
+
+}  // namespace tessera::sched

@@ -1,0 +1,78 @@
+// Splitting batches and tracking each nano-batch's chain of operations (schedule.h).
+#include <algorithm>
+
+#include "tessera/core/error.h"
+#include "tessera/sched/schedule.h"
+
+namespace tessera::sched {
+
+std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int parts) {
+  TESSERA_CHECK_ARG(parts >= 1, "parts = ", parts, ": expected >= 1");
+  // A sequence goes to the part its middle row falls in (parts of T / parts rows each), so parts
+  // are contiguous and within a sequence of balanced; empty parts are dropped.
+  const int64_t total = batch.total_tokens();
+  std::vector<NanoBatch> out;
+  int last = -1;
+  for (size_t i = 0; i < batch.sequences.size(); ++i) {
+    const model::PackedSequence& s = batch.sequences[i];
+    const int64_t twice_middle = 2 * s.first_row + s.num_tokens;
+    const int part =
+        total == 0 ? 0 : int(std::min<int64_t>(parts - 1, twice_middle * parts / (2 * total)));
+    if (out.empty() || part != last) out.push_back({i, 0, s.first_row, 0});
+    last = part;
+    ++out.back().num_seqs;
+    out.back().rows += s.num_tokens;
+  }
+  return out;
+}
+
+ScheduleContext::ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute)
+    : layers_(layers), nanos_(std::move(nanos)), execute_(std::move(execute)) {
+  TESSERA_CHECK_ARG(layers >= 0, "layers = ", layers, ": expected >= 0");
+  next_.assign(nanos_.size(), 0);
+}
+
+std::optional<Step> ScheduleContext::ready(int n) const {
+  TESSERA_CHECK_ARG(n >= 0 && n < num_nano_batches(), "nano-batch ", n, ": expected 0 to ",
+                    num_nano_batches() - 1);
+  const int64_t i = next_[size_t(n)];
+  if (i >= layers_ * model::kLlamaOps) return std::nullopt;
+  return Step{i / model::kLlamaOps, model::LlamaOp(i % model::kLlamaOps)};
+}
+
+void ScheduleContext::run(int n, Step step) {
+  const std::optional<Step> want = ready(n);
+  const auto describe = [](Step s) {
+    return str("layer ", s.layer, " ", model::llama_op_name(s.op));
+  };
+  TESSERA_CHECK_ARG(want.has_value(), "nano-batch ", n, ": ", describe(step),
+                    " asked for after its last operation ran");
+  if (want->layer != step.layer || want->op != step.op) {
+    const int64_t asked = step.layer * model::kLlamaOps + int64_t(step.op);
+    const int64_t have = next_[size_t(n)];
+    TESSERA_CHECK_ARG(asked > have, "nano-batch ", n, ": ", describe(step), " already ran");
+    const int64_t needs = asked - 1;
+    throw_error(ErrorCode::kInvalidArgument,
+                str("nano-batch ", n, ": ", describe(step), " before its input: ",
+                    describe(Step{needs / model::kLlamaOps, model::LlamaOp(needs % model::kLlamaOps)}),
+                    " has not run (ready: ", describe(*want), ")"));
+  }
+  execute_(nanos_[size_t(n)], step);
+  ++next_[size_t(n)];
+  trace_.push_back({n, step});
+}
+
+void ScheduleContext::run_next(int n) {
+  const std::optional<Step> step = ready(n);
+  TESSERA_CHECK_ARG(step.has_value(), "nano-batch ", n, ": nothing left to run");
+  run(n, *step);
+}
+
+bool ScheduleContext::finished() const {
+  for (int n = 0; n < num_nano_batches(); ++n) {
+    if (ready(n)) return false;
+  }
+  return true;
+}
+
+}  // namespace tessera::sched

@@ -1,0 +1,143 @@
+// The operator scheduler on the tiny Llama model over 1, 2 and 4 tensor-parallel rank threads:
+// every strategy's logits equal the plain forward's bitwise (a mixed prefill of three
+// sequences, then a batched decode step); nano-batches are row ranges of the batch, balanced by
+// tokens, each sequence in one; running an operation before its input is an error naming both.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "../unit/llama_test_util.h"
+#include "cpu_dist_util.h"
+#include "tessera/model/llama_model.h"
+#include "tessera/sched/schedule.h"
+
+namespace tessera::testing {
+namespace {
+
+using model::LlamaModel;
+using model::SequenceTokens;
+
+constexpr uint64_t kSeed = 11;
+
+// Prefill of three sequences (lengths 5, 9, 3 and, to cross NanoFlow's threshold, 70), then
+// one decode step for all: the logits of both calls.
+std::vector<std::vector<float>> run(LlamaModel& m, const sched::Strategy* strategy) {
+  std::vector<SequenceTokens> in;
+  int salt = 0;
+  for (int64_t n : {5, 9, 3, 70}) in.push_back({m.add_sequence(), test_tokens(n, ++salt)});
+  std::vector<std::vector<float>> out;
+  out.push_back(strategy ? m.forward(in, *strategy) : m.forward(in));
+  for (auto& s : in) s.tokens = {int32_t((s.seq_id * 7 + 1) % 97)};
+  out.push_back(strategy ? m.forward(in, *strategy) : m.forward(in));
+  return out;
+}
+
+TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
+  const model::DecoderConfig config = tiny_llama_config();
+  for (int ranks : {1, 2, 4}) {
+    run_cpu_ranks(ranks, 1, test_options(/*create_heap=*/false), [&](RankContext& ctx) {
+      auto make = [&] {
+        return LlamaModel(config, model::random_llama_weights(config, kSeed, ctx.rank, ctx.size),
+                          {4, 64}, ctx.size > 1 ? ctx.world.get() : nullptr);
+      };
+      LlamaModel plain = make();
+      const std::vector<std::vector<float>> want = run(plain, nullptr);
+      for (const std::string& name : sched::strategy_names()) {
+        LlamaModel m = make();
+        const auto strategy = sched::make_strategy(name);
+        EXPECT_EQ(run(m, strategy.get()), want) << name << " on rank " << ctx.rank << " of " << ctx.size;
+      }
+    });
+  }
+}
+
+model::PackedBatch batch_of(const std::vector<int64_t>& lengths) {
+  model::PackedBatch b;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    b.sequences.push_back({int64_t(i), 0, lengths[i], b.total_tokens()});
+    for (int64_t p = 0; p < lengths[i]; ++p) b.positions.push_back(int32_t(p));
+  }
+  return b;
+}
+
+TEST(Scheduler, NanoBatchesAreBalancedRowRangesOfWholeSequences) {
+  for (const auto& lengths : std::vector<std::vector<int64_t>>{
+           {5, 9, 3, 70}, {1, 1, 1, 1, 1, 1, 1}, {100}, {40, 40}, {}}) {
+    for (int parts : {1, 2, 3}) {
+      const model::PackedBatch b = batch_of(lengths);
+      const std::vector<sched::NanoBatch> nanos = sched::token_balanced_split(b, parts);
+      EXPECT_LE(int(nanos.size()), parts);
+      size_t seq = 0;
+      int64_t row = 0;
+      for (const sched::NanoBatch& n : nanos) {
+        EXPECT_EQ(n.first_seq, seq);  // contiguous, in order: a view of the batch's rows
+        EXPECT_EQ(n.first_row, row);
+        EXPECT_GE(n.num_seqs, 1u);
+        int64_t rows = 0;
+        for (size_t i = n.first_seq; i < n.first_seq + n.num_seqs; ++i) rows += lengths[i];
+        EXPECT_EQ(n.rows, rows);
+        seq += n.num_seqs;
+        row += n.rows;
+      }
+      EXPECT_EQ(seq, lengths.size());
+    }
+  }
+  // Decode batches split evenly.
+  const auto even = sched::token_balanced_split(batch_of({1, 1, 1, 1, 1, 1}), 2);
+  ASSERT_EQ(even.size(), 2u);
+  EXPECT_EQ(even[0].rows, 3);
+}
+
+TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
+  std::vector<std::pair<int, sched::Step>> ran;
+  sched::ScheduleContext ctx(2, {{0, 1, 0, 4}, {1, 1, 4, 4}},
+                             [&](const sched::NanoBatch& n, sched::Step s) {
+                               ran.push_back({int(n.first_seq), s});
+                             });
+  ctx.run_next(0);  // layer 0 attn_norm of nano-batch 0
+  expect_error([&] { ctx.run(0, {0, model::LlamaOp::kAttention}); }, ErrorCode::kInvalidArgument,
+               {"nano-batch 0: layer 0 attention before its input: layer 0 qkv has not run"});
+  expect_error([&] { ctx.run(1, {1, model::LlamaOp::kAttnNorm}); }, ErrorCode::kInvalidArgument,
+               {"nano-batch 1: layer 1 attn_norm before its input: layer 0 mlp_all_reduce"});
+  expect_error([&] { ctx.run(0, {0, model::LlamaOp::kAttnNorm}); }, ErrorCode::kInvalidArgument,
+               {"already ran"});
+  expect_error([&] { ctx.run_next(2); }, ErrorCode::kInvalidArgument, {"nano-batch 2"});
+  EXPECT_EQ(ran.size(), 1u);  // refused operations did not run
+  while (ctx.ready(1)) ctx.run_next(1);
+  while (ctx.ready(0)) ctx.run_next(0);
+  EXPECT_TRUE(ctx.finished());
+  EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
+  expect_error([] { sched::make_strategy("tokenweave"); }, ErrorCode::kInvalidArgument,
+               {"strategy = 'tokenweave'", "sequential, nanoflow or dual_batch"});
+}
+
+// The orders the strategies choose on two nano-batches of two layers.
+TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
+  const std::vector<sched::NanoBatch> two = {{0, 1, 0, 40}, {1, 1, 40, 40}};
+  auto trace_of = [&](const std::string& name) {
+    sched::ScheduleContext ctx(2, two, [](const sched::NanoBatch&, sched::Step) {});
+    sched::make_strategy(name)->schedule(ctx);
+    EXPECT_TRUE(ctx.finished()) << name;
+    return ctx.trace();
+  };
+  // NanoFlow: no two operations of one kind in a row while the other nano-batch has another.
+  const auto nf = trace_of("nanoflow");
+  int switches = 0;
+  for (size_t i = 1; i < nf.size(); ++i) switches += nf[i].first != nf[i - 1].first;
+  EXPECT_GE(switches, int(nf.size()) / 2) << "nanoflow barely interleaves";
+  // Dual-batch: a nano-batch hands over right after each of its collectives, and only then.
+  const auto db = trace_of("dual_batch");
+  for (size_t i = 1; i < db.size(); ++i) {
+    const bool after_collective =
+        model::llama_op_kind(db[i - 1].second.op) == model::OpKind::kNetwork;
+    if (db[i].first != db[i - 1].first) EXPECT_TRUE(after_collective) << "switch at " << i;
+  }
+  EXPECT_EQ(db[0].first, 0);
+  EXPECT_EQ(db[5].first, 1);  // nano-batch 0's o_all_reduce is its 5th operation
+  // Sequential: nano-batch 0's chain, then 1's.
+  const auto seq = trace_of("sequential");
+  for (size_t i = 0; i < seq.size(); ++i) EXPECT_EQ(seq[i].first, i < seq.size() / 2 ? 0 : 1);
+}
+
+}  // namespace
+}  // namespace tessera::testing
