@@ -3,9 +3,9 @@
 
 #include <cmath>
 #include <functional>
-#include <random>
 
 #include "model/dit_ops.h"
+#include "model/random_weights.h"
 #include "tessera/core/error.h"
 
 namespace tessera::model {
@@ -14,12 +14,6 @@ namespace {
 constexpr float kQkEps = 1e-6f;
 
 using Source = std::function<std::vector<float>(const std::string& name, int64_t rows, int64_t cols)>;
-
-uint64_t name_hash(const std::string& name) {  // FNV-1a: the same on every platform
-  uint64_t h = 1469598103934665603ull;
-  for (char c : name) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ull;
-  return h;
-}
 
 CogVideoXBlockWeights load_block(const CogVideoXConfig& f, int64_t index, const Source& source) {
   const int64_t c = f.inner_dim(), d = f.attention_head_dim, t = f.time_embed_dim;
@@ -58,27 +52,18 @@ CogVideoXBlockWeights load_block(const CogVideoXConfig& f, int64_t index, const 
 CogVideoXBlockWeights random_cogvideox_block(const CogVideoXConfig& config, int64_t index,
                                              uint64_t seed) {
   return load_block(config, index, [&](const std::string& name, int64_t rows, int64_t cols) {
-    std::mt19937_64 rng(seed ^ name_hash(name));
-    const auto uniform = [&] { return float(rng() >> 40) * 0x1p-24f; };  // exact in float
     const bool norm = name.find("norm") != std::string::npos && name.ends_with(".weight") &&
                       name.find("linear") == std::string::npos;
     const bool bias = name.ends_with(".bias");
-    const float scale = norm || bias ? 0.1f : 1.0f / std::sqrt(float(cols));
-    std::vector<float> full(size_t(rows * cols));
-    for (float& x : full) x = (norm ? 1.0f : 0.0f) + scale * (2.0f * uniform() - 1.0f);
-    return full;
+    return random_tensor(seed, name, rows, cols, norm ? 1.0f : 0.0f,
+                         norm || bias ? 0.1f : 1.0f / std::sqrt(float(cols)));
   });
 }
 
 CogVideoXBlockWeights load_cogvideox_block(const CogVideoXConfig& config, int64_t index,
                                            const WeightStore& store) {
   return load_block(config, index, [&](const std::string& name, int64_t rows, int64_t cols) {
-    const DType dtype = store.tensor(name).dtype();
-    const TensorView t = cols == 1 ? store.tensor(name, {rows}, dtype)
-                                   : store.tensor(name, {rows, cols}, dtype);
-    std::vector<float> out(size_t(rows * cols));
-    for (int64_t i = 0; i < rows * cols; ++i) out[size_t(i)] = load_as_float(t.data(), dtype, i);
-    return out;
+    return whole_tensor(store, name, rows, cols);
   });
 }
 

@@ -2,10 +2,10 @@
 // WeightStore, through one loader that asks a source for each tensor by name and shape.
 #include <cmath>
 #include <functional>
-#include <random>
 #include <string>
 
 #include "tessera/core/error.h"
+#include "model/random_weights.h"
 #include "tessera/model/flux_dit.h"
 
 namespace tessera::model {
@@ -13,12 +13,6 @@ namespace {
 
 // A tensor's values by diffusers name and shape [rows, cols] (cols = 1 for vectors).
 using Source = std::function<std::vector<float>(const std::string& name, int64_t rows, int64_t cols)>;
-
-uint64_t name_hash(const std::string& name) {  // FNV-1a: the same on every platform
-  uint64_t h = 1469598103934665603ull;
-  for (char c : name) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ull;
-  return h;
-}
 
 LinearWeights linear(const Source& source, const std::string& name, int64_t out, int64_t in) {
   return {source(name + ".weight", out, in), source(name + ".bias", out, 1)};
@@ -89,27 +83,17 @@ FluxDitWeights load(const FluxConfig& f, const Source& source) {
 
 FluxDitWeights random_flux_weights(const FluxConfig& config, uint64_t seed) {
   return load(config, [&](const std::string& name, int64_t rows, int64_t cols) {
-    std::mt19937_64 rng(seed ^ name_hash(name));
-    // 24 random bits to [0, 1): exact in float, unlike std's distributions.
-    const auto uniform = [&] { return float(rng() >> 40) * 0x1p-24f; };
     const bool norm = name.ends_with("norm_q.weight") || name.ends_with("norm_k.weight") ||
                       name.ends_with("norm_added_q.weight") || name.ends_with("norm_added_k.weight");
     const bool bias = name.ends_with(".bias");
-    const float scale = norm || bias ? 0.1f : 1.0f / std::sqrt(float(cols));
-    std::vector<float> full(size_t(rows * cols));
-    for (float& x : full) x = (norm ? 1.0f : 0.0f) + scale * (2.0f * uniform() - 1.0f);
-    return full;
+    return random_tensor(seed, name, rows, cols, norm ? 1.0f : 0.0f,
+                         norm || bias ? 0.1f : 1.0f / std::sqrt(float(cols)));
   });
 }
 
 FluxDitWeights load_flux_weights(const FluxConfig& config, const WeightStore& store) {
   return load(config, [&](const std::string& name, int64_t rows, int64_t cols) {
-    const DType dtype = store.tensor(name).dtype();
-    const TensorView t = cols == 1 ? store.tensor(name, {rows}, dtype)
-                                   : store.tensor(name, {rows, cols}, dtype);
-    std::vector<float> out(size_t(rows * cols));
-    for (int64_t i = 0; i < rows * cols; ++i) out[size_t(i)] = load_as_float(t.data(), dtype, i);
-    return out;
+    return whole_tensor(store, name, rows, cols);
   });
 }
 

@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <functional>
-#include <random>
 #include <string>
 
+#include "model/random_weights.h"
 #include "tessera/core/error.h"
 
 namespace tessera::model {
@@ -30,12 +30,6 @@ std::vector<float> cut(const std::vector<float>& full, int64_t rows, int64_t col
       part[size_t(i * out_cols + j)] = full[size_t((row0 + i) * cols + col0 + j)];
   }
   return part;
-}
-
-uint64_t name_hash(const std::string& name) {  // FNV-1a: the same on every platform
-  uint64_t h = 1469598103934665603ull;
-  for (char c : name) h = (h ^ uint64_t(uint8_t(c))) * 1099511628211ull;
-  return h;
 }
 
 LlamaWeights load(const DecoderConfig& config, int rank, int ranks, const TensorSource& source) {
@@ -80,16 +74,11 @@ LlamaWeights random_llama_weights(const DecoderConfig& config, uint64_t seed, in
   return load(
       config, rank, ranks,
       [&](const std::string& name, int64_t rows, int64_t cols, const TensorShard& shard) {
-        std::mt19937_64 rng(seed ^ name_hash(name));
-        // 24 random bits to [0, 1): exact in float, unlike std's distributions, which
-        // differ between standard libraries.
-        const auto uniform = [&] { return float(rng() >> 40) * 0x1p-24f; };
         const bool norm = name.ends_with("norm.weight"), bias = name.ends_with(".bias");
         const bool embed = name == "model.embed_tokens.weight";
         const float scale = norm || bias ? 0.1f : embed ? 1.0f : 1.0f / std::sqrt(float(cols));
-        std::vector<float> full(size_t(rows * cols));
-        for (float& x : full) x = (norm ? 1.0f : 0.0f) + scale * (2.0f * uniform() - 1.0f);
-        return cut(full, rows, cols, shard);
+        return cut(random_tensor(seed, name, rows, cols, norm ? 1.0f : 0.0f, scale), rows, cols,
+                   shard);
       });
 }
 
