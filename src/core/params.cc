@@ -185,4 +185,12 @@ const Param<int64_t> kWaitTimeoutMs(
 
 int64_t wait_timeout_ms() { return kWaitTimeoutMs.get(); }
 
+std::string user_cache_file(const Param<std::string>& override, const std::string& file_name) {
+  if (std::string p = override.get(); !p.empty()) return p;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/tessera/" + file_name;
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.cache/tessera/" + file_name;
+}
+
 }  // namespace tessera

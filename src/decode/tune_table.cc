@@ -25,11 +25,7 @@ bool same_shape(const TuneEntry& a, const TuneEntry& b) {
 }  // namespace
 
 std::string tune_table_path() {
-  if (std::string p = kTuneTable.get(); !p.empty()) return p;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-    return std::string(xdg) + "/tessera/decode_tune.tsv";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : ".") + "/.cache/tessera/decode_tune.tsv";
+  return user_cache_file(kTuneTable, "decode_tune.tsv");
 }
 
 std::vector<TuneEntry> read_tune_table(const std::string& path) {

@@ -41,11 +41,7 @@ bool parse_us(const std::string& text, double& value) {
 }  // namespace
 
 std::string tp_tune_table_path() {
-  if (std::string p = kTuneTable.get(); !p.empty()) return p;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg)
-    return std::string(xdg) + "/tessera/tp_tune.tsv";
-  const char* home = std::getenv("HOME");
-  return std::string(home && *home ? home : ".") + "/.cache/tessera/tp_tune.tsv";
+  return user_cache_file(kTuneTable, "tp_tune.tsv");
 }
 
 std::vector<TpTuneEntry> read_tp_tune_table(const std::string& path) {

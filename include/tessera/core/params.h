@@ -88,6 +88,11 @@ extern template class Param<std::string>;
 
 // The bound on every wait for another rank, in milliseconds (TESSERA_TIMEOUT_MS).
 int64_t wait_timeout_ms();
+
+// Where a file Tessera keeps between runs (the tuners' tables) lives: `override`'s value when
+// it is set (its TESSERA_* variable), else $XDG_CACHE_HOME/tessera/<file_name>, else
+// ~/.cache/tessera/<file_name>.
+std::string user_cache_file(const Param<std::string>& override, const std::string& file_name);
 extern const Param<int64_t> kWaitTimeoutMs;
 
 }  // namespace tessera
