@@ -120,7 +120,8 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[h][e] = q[h][e] = 0.f;
     if (h < group) {
-      load8(static_cast<const T*>(p.q) + (int64_t(b) * p.num_heads + kv_head * group + h) * D + part * 8, q[h]);
+      const int64_t q_stride = p.q_stride > 0 ? p.q_stride : int64_t(p.num_heads) * D;
+      load8(static_cast<const T*>(p.q) + b * q_stride + (kv_head * group + h) * D + part * 8, q[h]);
 #pragma unroll
       for (int e = 0; e < 8; ++e) q[h][e] *= scale;
     }

@@ -19,6 +19,8 @@ struct UnfusedDecodeParams {
   float rms_eps = 0;
   void* xn = nullptr;                // [B, hidden] the normalized input
   void* q = nullptr;                 // [B, Hq*D]   rotated in place
+  int64_t q_stride = 0;              // elements from one sequence's q to the next (0: Hq*D);
+                                     // read by launch_split_kv_attention only
   void* k = nullptr;                 // [B, Hkv*D]  rotated in place, then appended
   void* v = nullptr;                 // [B, Hkv*D]  appended
   void* k_cache = nullptr;           // the cache layouts of FusedDecodeParams

@@ -1,7 +1,8 @@
 // Embedding lookup and greedy argmax (ops.h).
 //
 // embedding: one thread per output element (grid-stride over tokens * cols) copies the bits
-// of table[ids[n], c]; an id outside [0, vocab) traps with a printf naming it.
+// of table[ids[n], c] (or, for scatter_rows, the other way); an id outside [0, vocab) traps
+// with a printf naming it.
 // argmax: one CTA per row (grid-stride); thread t scans v = t, t + 256, ... keeping the best
 // (value, index); a shared-memory tree then merges pairs with the same order, so the winner is
 // the lowest index of the largest value (NaN above every number), independent of the split.
@@ -21,13 +22,17 @@ __global__ void __launch_bounds__(kBlockThreads) embedding_kernel(EmbeddingParam
     const int64_t n = i / p.cols, c = i % p.cols;
     const int64_t id = load_index(p.ids, p.id_type, n * p.id_stride);
     if (id < 0 || id >= p.vocab) {
-      printf("tessera embedding: block %d: ids[%lld] = %lld is outside [0, %lld)\n",
-             int(blockIdx.x), static_cast<long long>(n), static_cast<long long>(id),
+      printf("tessera %s: block %d: ids[%lld] = %lld is outside [0, %lld)\n",
+             p.scatter ? "scatter_rows" : "embedding", int(blockIdx.x), static_cast<long long>(n), static_cast<long long>(id),
              static_cast<long long>(p.vocab));
       __trap();
     }
-    static_cast<Bits*>(p.out)[n * p.out_stride + c] =
-        static_cast<const Bits*>(p.table)[id * p.table_stride + c];
+    Bits* row = static_cast<Bits*>(p.table) + id * p.table_stride + c;
+    Bits* token = static_cast<Bits*>(p.out) + n * p.out_stride + c;
+    if (p.scatter)
+      *row = *token;
+    else
+      *token = *row;
   }
 }
 

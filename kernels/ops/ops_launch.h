@@ -71,15 +71,17 @@ void launch_pointwise(const PointwiseParams& p, void* cuda_stream);
 
 // out[n, :] = table[ids[n], :], one thread per element (grid-stride); an id outside [0, vocab)
 // traps naming it.
+// Also embedding's inverse (scatter_rows): with `scatter`, table[ids[n], :] = out[n, :].
 struct EmbeddingParams {
   int element_bytes = 2;
+  bool scatter = false;
   int64_t tokens = 0, cols = 0, vocab = 0;
   const void* ids = nullptr;
   IndexType id_type = IndexType::kI32;
   int64_t id_stride = 1;
-  const void* table = nullptr;
+  void* table = nullptr;
   int64_t table_stride = 0;
-  void* out = nullptr;
+  void* out = nullptr;  // with `scatter`, the rows written into the table
   int64_t out_stride = 0;
 };
 void launch_embedding(const EmbeddingParams& p, void* cuda_stream);

@@ -315,6 +315,27 @@ void embedding(const TensorView& ids, const TensorView& table, const TensorView&
 #endif
 }
 
+void scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table,
+                  const Stream& stream) {
+  check_rows(src, stream, "src");
+  check_rows(table, stream, "table");
+  check_index_vector(ids, src.size(0), stream, "ids");
+  TESSERA_CHECK_ARG(table.size(1) == src.size(1), "table = ", table.to_string(),
+                    ": expected [R, ", src.size(1), "] [R, C of src]");
+  check_same_dtype(table, src, "table", "src");
+  check_no_partial_overlap(table, src, "table", "src");
+  TESSERA_CHECK_ARG(table.data() != src.data() || src.size(0) == 0, "scatter_rows: table and src "
+                    "are the same memory: expected separate tensors");
+  if (src.size(0) == 0) return;
+  if (on_cpu(stream)) {
+    check_index_range(ids, table.size(0), "ids", "the table's rows");
+    return detail::reference_scatter_rows(src, ids, table);
+  }
+#ifdef TESSERA_WITH_CUDA
+  detail::cuda_scatter_rows(src, ids, table, stream);
+#endif
+}
+
 void argmax(const TensorView& logits, const TensorView& out, const Stream& stream) {
   check_rows(logits, stream, "logits");
   check_index_vector(out, logits.size(0), stream, "out");

@@ -22,6 +22,8 @@ void cuda_adaln_modulate(const TensorView& x, const TensorView& shift, const Ten
                          const TensorView& out, const Stream& stream);
 void cuda_embedding(const TensorView& ids, const TensorView& table, const TensorView& out,
                     const Stream& stream);
+void cuda_scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table,
+                       const Stream& stream);
 void cuda_argmax(const TensorView& logits, const TensorView& out, const Stream& stream);
 #endif
 

@@ -133,6 +133,13 @@ void reference_embedding(const TensorView& ids, const TensorView& table, const T
   }
 }
 
+void reference_scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table) {
+  for (int64_t n = 0; n < ids.size(0); ++n) {
+    const int64_t row = id_at(ids, n);
+    for (int64_t c = 0; c < src.size(1); ++c) put(table, row, c, at(src, n, c));
+  }
+}
+
 void reference_argmax(const TensorView& logits, const TensorView& out) {
   for (int64_t n = 0; n < logits.size(0); ++n) {
     int64_t best = 0;

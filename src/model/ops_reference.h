@@ -17,6 +17,7 @@ void reference_gelu_tanh(const TensorView& x, const TensorView& out);
 void reference_adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale,
                               const TensorView& out);
 void reference_embedding(const TensorView& ids, const TensorView& table, const TensorView& out);
+void reference_scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table);
 void reference_argmax(const TensorView& logits, const TensorView& out);
 
 }  // namespace tessera::model::detail

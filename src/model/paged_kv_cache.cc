@@ -6,65 +6,22 @@
 
 namespace tessera::model {
 
-PagedKvCache::PagedKvCache(const PagedKvCacheConfig& config) : config_(config) {
+PagedKvCache::PagedKvCache(const PagedKvCacheConfig& config)
+    : config_(config), pages_(config.page_size, config.num_pages, "PagedKvCache") {
   const auto check_positive = [](int64_t value, const char* field) {
     TESSERA_CHECK_ARG(value >= 1, "PagedKvCacheConfig.", field, " = ", value, ": expected >= 1");
   };
   check_positive(config.num_layers, "num_layers");
   check_positive(config.num_kv_heads, "num_kv_heads");
   check_positive(config.head_dim, "head_dim");
-  check_positive(config.page_size, "page_size");
-  check_positive(config.num_pages, "num_pages");
   row_floats_ = config.num_kv_heads * config.head_dim;
   page_floats_ = config.num_layers * 2 * config.page_size * row_floats_;
   pool_.assign(size_t(config.num_pages * page_floats_), 0.0f);
-  free_list_.reserve(size_t(config.num_pages));
-  for (int64_t page = config.num_pages - 1; page >= 0; --page) free_list_.push_back(page);
-}
-
-int64_t PagedKvCache::add_sequence() {
-  const int64_t id = next_seq_id_++;
-  sequences_.emplace(id, Sequence{});
-  return id;
-}
-
-void PagedKvCache::release_sequence(int64_t seq_id) {
-  const Sequence& seq = sequence(seq_id, "release_sequence");
-  // Pages go back in reverse so the next sequence takes them in the same order.
-  for (auto it = seq.pages.rbegin(); it != seq.pages.rend(); ++it) free_list_.push_back(*it);
-  sequences_.erase(seq_id);
-}
-
-int64_t PagedKvCache::length(int64_t seq_id) const {
-  return sequence(seq_id, "length").length;
-}
-
-const std::vector<int64_t>& PagedKvCache::page_table(int64_t seq_id) const {
-  return sequence(seq_id, "page_table").pages;
-}
-
-void PagedKvCache::extend(int64_t seq_id, int64_t num_tokens) {
-  sequence(seq_id, "extend");
-  TESSERA_CHECK_ARG(num_tokens >= 0, "PagedKvCache::extend: num_tokens = ", num_tokens,
-                    ": expected >= 0");
-  Sequence& seq = sequences_.at(seq_id);
-  const int64_t new_length = seq.length + num_tokens;
-  const int64_t pages_needed = (new_length + config_.page_size - 1) / config_.page_size;
-  const int64_t more = pages_needed - int64_t(seq.pages.size());
-  TESSERA_CHECK_ARG(more <= free_pages(), "PagedKvCache::extend: out of pages: sequence ", seq_id,
-                    " needs ", more, " more page(s) of ", config_.page_size,
-                    " positions for length ", new_length, ", but ", free_pages(), " of ",
-                    config_.num_pages, " are free");
-  for (int64_t i = 0; i < more; ++i) {
-    seq.pages.push_back(free_list_.back());
-    free_list_.pop_back();
-  }
-  seq.length = new_length;
 }
 
 void PagedKvCache::write(int64_t layer, int64_t seq_id, int64_t start, const TensorView& k,
                          const TensorView& v) {
-  const Sequence& seq = sequence(seq_id, "write");
+  const std::vector<int64_t>& pages = pages_.page_table(seq_id);
   for (const auto& [t, what] : {std::pair{&k, "k"}, std::pair{&v, "v"}}) {
     TESSERA_CHECK_ARG(
         t->ndim() == 3 && t->size(1) == config_.num_kv_heads && t->size(2) == config_.head_dim &&
@@ -75,11 +32,11 @@ void PagedKvCache::write(int64_t layer, int64_t seq_id, int64_t start, const Ten
   TESSERA_CHECK_ARG(v.size(0) == k.size(0), "PagedKvCache::write: v has ", v.size(0),
                     " rows, k has ", k.size(0));
   TESSERA_CHECK_ARG(start >= 0, "PagedKvCache::write: start = ", start, ": expected >= 0");
-  check_range(layer, seq, seq_id, start + k.size(0));
+  check_range(layer, seq_id, start + k.size(0));
   const int64_t heads = config_.num_kv_heads, dim = config_.head_dim;
   for (int64_t t = 0; t < k.size(0); ++t) {
     const int64_t pos = start + t;
-    const int64_t page = seq.pages[size_t(pos / config_.page_size)];
+    const int64_t page = pages[size_t(pos / config_.page_size)];
     const int64_t row = pos % config_.page_size;
     for (int kv = 0; kv < 2; ++kv) {
       const TensorView& src = kv == 0 ? k : v;
@@ -94,12 +51,12 @@ void PagedKvCache::write(int64_t layer, int64_t seq_id, int64_t start, const Ten
 
 std::vector<attn::KvChunk> PagedKvCache::kv_chunks(int64_t layer, int64_t seq_id,
                                                    int64_t num_tokens, int64_t q_start) const {
-  const Sequence& seq = sequence(seq_id, "kv_chunks");
-  check_range(layer, seq, seq_id, num_tokens);
+  const std::vector<int64_t>& pages = pages_.page_table(seq_id);
+  check_range(layer, seq_id, num_tokens);
   std::vector<attn::KvChunk> chunks;
   const Device cpu = Device::cpu();
   for (int64_t first = 0; first < num_tokens; first += config_.page_size) {
-    const int64_t page = seq.pages[size_t(first / config_.page_size)];
+    const int64_t page = pages[size_t(first / config_.page_size)];
     const int64_t rows = std::min(config_.page_size, num_tokens - first);
     const int64_t heads = config_.num_kv_heads, dim = config_.head_dim;
     chunks.push_back({TensorView(slot(page, layer, 0), DType::kF32, cpu, {1, rows, heads, dim}),
@@ -111,8 +68,8 @@ std::vector<attn::KvChunk> PagedKvCache::kv_chunks(int64_t layer, int64_t seq_id
 
 void PagedKvCache::gather(int64_t layer, int64_t seq_id, int64_t num_tokens,
                           const TensorView& k_out, const TensorView& v_out) const {
-  const Sequence& seq = sequence(seq_id, "gather");
-  check_range(layer, seq, seq_id, num_tokens);
+  const std::vector<int64_t>& pages = pages_.page_table(seq_id);
+  check_range(layer, seq_id, num_tokens);
   for (const auto& [t, what] : {std::pair{&k_out, "k_out"}, std::pair{&v_out, "v_out"}}) {
     TESSERA_CHECK_ARG(t->dtype() == DType::kF32 && !t->device().is_cuda() && t->is_contiguous() &&
                           t->numel() == num_tokens * row_floats_,
@@ -121,7 +78,7 @@ void PagedKvCache::gather(int64_t layer, int64_t seq_id, int64_t num_tokens,
                       ", ", config_.head_dim, "]");
   }
   for (int64_t pos = 0; pos < num_tokens; ++pos) {
-    const int64_t page = seq.pages[size_t(pos / config_.page_size)];
+    const int64_t page = pages[size_t(pos / config_.page_size)];
     const int64_t row = pos % config_.page_size;
     for (int kv = 0; kv < 2; ++kv) {
       float* dst = (kv == 0 ? k_out : v_out).data_as<float>() + pos * row_floats_;
@@ -131,19 +88,12 @@ void PagedKvCache::gather(int64_t layer, int64_t seq_id, int64_t num_tokens,
   }
 }
 
-const PagedKvCache::Sequence& PagedKvCache::sequence(int64_t seq_id, const char* what) const {
-  const auto it = sequences_.find(seq_id);
-  TESSERA_CHECK_ARG(it != sequences_.end(), "PagedKvCache::", what, ": seq_id = ", seq_id,
-                    ": no such sequence");
-  return it->second;
-}
-
-void PagedKvCache::check_range(int64_t layer, const Sequence& seq, int64_t seq_id,
-                               int64_t end) const {
+void PagedKvCache::check_range(int64_t layer, int64_t seq_id, int64_t end) const {
+  const int64_t length = pages_.length(seq_id);
   TESSERA_CHECK_ARG(layer >= 0 && layer < config_.num_layers, "PagedKvCache: layer = ", layer,
                     ": expected in [0, ", config_.num_layers, ")");
-  TESSERA_CHECK_ARG(end >= 0 && end <= seq.length, "PagedKvCache: positions up to ", end,
-                    " of sequence ", seq_id, ": expected <= its length ", seq.length,
+  TESSERA_CHECK_ARG(end >= 0 && end <= length, "PagedKvCache: positions up to ", end,
+                    " of sequence ", seq_id, ": expected <= its length ", length,
                     " (extend() it first)");
 }
 

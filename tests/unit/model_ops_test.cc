@@ -3,6 +3,7 @@
 // and f16; strided and in-place views; and argument errors naming the argument.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -330,6 +331,32 @@ TEST(ModelOps, EmbeddingCopiesRowsAndRefusesIdsOutsideTheTable) {
     EXPECT_NE(error_of([&] { embedding(ids, table, out, kCpu); }).find("ids[1] = -1"),
               std::string::npos);
   }
+}
+
+TEST(ModelOps, ScatterRowsWritesStridedRowsIntoTheTableAndLeavesTheRest) {
+  // src: columns [2, 5) of [3, 6] rows (a strided view, as k inside a packed qkv projection).
+  Tensor packed = make({3, 6}, DType::kBF16, random_values(18, 21));
+  const TensorView src(packed.data_as<uint16_t>() + 2, DType::kBF16, Device::cpu(), {3, 3},
+                       {6, 1});
+  Tensor table = make({6, 3}, DType::kBF16, random_values(18, 22));
+  const std::vector<uint16_t> before(table.data_as<uint16_t>(), table.data_as<uint16_t>() + 18);
+  Tensor ids = Tensor::empty({3}, DType::kI32, Device::cpu());
+  const int32_t rows[3] = {5, 1, 3};
+  std::copy(rows, rows + 3, ids.data_as<int32_t>());
+  scatter_rows(src, ids, table, kCpu);
+  for (int64_t r = 0; r < 6; ++r) {
+    const int64_t n = std::find(rows, rows + 3, r) - rows;
+    for (int64_t c = 0; c < 3; ++c) {
+      const uint16_t want = n < 3 ? packed.data_as<uint16_t>()[n * 6 + 2 + c] : before[r * 3 + c];
+      EXPECT_EQ(table.data_as<uint16_t>()[r * 3 + c], want) << "row " << r << " col " << c;
+    }
+  }
+  ids.data_as<int32_t>()[2] = 6;
+  EXPECT_NE(error_of([&] { scatter_rows(src, ids, table, kCpu); }).find("ids[2] = 6"),
+            std::string::npos);
+  Tensor narrow = make({6, 2}, DType::kBF16, std::vector<float>(12, 0.0f));
+  EXPECT_NE(error_of([&] { scatter_rows(src, ids, narrow, kCpu); }).find("table"),
+            std::string::npos);
 }
 
 TEST(ModelOps, ArgmaxTakesTheLowestIndexAmongEqualsAndNaNAsLargest) {

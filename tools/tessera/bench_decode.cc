@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "bench_record.h"
+#include "hbm_bandwidth.h"
 #include "bench_stats.h"
 #include "command.h"
 #include "options.h"
@@ -27,7 +28,6 @@
 #ifdef TESSERA_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "bench/stream_read.h"
 #include "cluster/collective_launch.h"
 #include "decode/decode_launch.h"
 #endif
@@ -70,18 +70,6 @@ void fill_random(void* dst, size_t bytes, float scale, uint32_t seed, const Stre
   for (size_t off = 0; off < bytes; off += chunk)
     copy_bytes(static_cast<char*>(dst) + off, pattern.data(), std::min(chunk, bytes - off), stream);
   stream.synchronize();
-}
-
-double measure_read_gbps(const Stream& stream) {
-  const size_t bytes = size_t(4) << 30;
-  Tensor buf = Tensor::empty({int64_t(bytes)}, DType::kU8, Device::cuda(0));
-  Tensor sink = Tensor::empty({bench_kernels::stream_read_blocks()}, DType::kF32, Device::cuda(0));
-  fill_random(buf.data(), bytes, 1.f, 7, stream);
-  auto s = static_cast<cudaStream_t>(stream.cuda_stream());
-  const double us = median_us(s, 3, 20, [&] {
-    bench_kernels::launch_stream_read(buf.data(), bytes, sink.data_as<float>(), s);
-  });
-  return bytes / us * 1e-3;
 }
 
 struct DecodeResult {
@@ -176,7 +164,7 @@ int run_bench_decode(const std::vector<std::string>& args, int, char**) {
   TESSERA_CHECK(cuda_available(), ErrorCode::kUnsupported, "bench decode: no CUDA device");
   const Stream stream = Stream::create_cuda(0);
   const std::string gpu = first_gpu_name();
-  const double gbps = measure_read_gbps(stream);
+  const double gbps = measure_hbm_read_gbps(stream);
   std::printf("# streaming read: %.0f GB/s on %s\n", gbps, gpu.c_str());
   std::printf("# %-28s %-8s %-8s %9s %10s %10s %10s %9s\n", "case", "impl", "cluster", "resident",
               "median_us", "MB", "roof_us", "roofline");

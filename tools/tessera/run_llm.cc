@@ -1,23 +1,29 @@
-// `tessera run llm`: a Llama-family decoder (LlamaModel) end to end: B sequences of random
-// prompt tokens prefilled together, then G greedy decode steps for all of them; prints the
-// prefill latency, the time per output token and tokens/s, and writes --json (bench "llm").
-// Tensor parallel over --tp rank threads of the cpu backend (float32 reference layers); the
-// model's CUDA layers are not built yet, so a machine with a GPU runs the cpu backend too and
-// says so. Weights: a --weights safetensors file or directory (Hugging Face names, each rank
-// loading its shard), else random from --seed. --config: a config.json (file or directory), or
-// a preset: tiny (2 layers, hidden 64) or llama3-8b (Llama-3-8B's dimensions; --layers cuts
-// the stack, the float32 reference needs seconds per layer and token batch).
+// `tessera run llm`: a Llama-family decoder end to end: B sequences of random prompt tokens
+// prefilled together, then G greedy decode steps for all of them; prints the prefill latency,
+// the time per output token and tokens/s, and writes --json (bench "llm").
+//   cuda: LlamaGpuModel in bf16, one process per tensor-parallel rank (NCCL all-reduces);
+//         decode steps replay CUDA graphs; a warm-up prefill first (plans, module loading), and
+//         the decode record carries the fraction of the HBM roofline (weights and KV bytes read
+//         per step over the bandwidth measured in the same run).
+//   cpu:  LlamaModel, float32 reference layers on --tp rank threads.
+// Weights: a --weights safetensors file or directory (Hugging Face names, each rank loading its
+// shard), else random from --seed. --config: a config.json (file or directory), or a preset:
+// tiny (2 layers, hidden 64) or llama3-8b (Llama-3-8B's dimensions; --layers cuts the stack).
 #include <chrono>
 #include <cstdio>
-#include <mutex>
+#include <algorithm>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "bench_record.h"
+#include "bench_stats.h"
 #include "command.h"
+#include "hbm_bandwidth.h"
 #include "options.h"
 #include "rank_launch.h"
 #include "tessera/core/error.h"
+#include "tessera/model/llama_gpu_model.h"
 #include "tessera/model/llama_model.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/safetensors.h"
@@ -65,14 +71,140 @@ model::DecoderConfig load_config(const std::string& text) {
   return config.decoder;
 }
 
-int32_t argmax(const float* row, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i) best = row[i] > row[best] ? i : best;
-  return int32_t(best);
-}
-
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// What one rank's run measured, for the printout and the records.
+struct LlmRun {
+  double prefill_s = 0, tpot_s = 0;  // tpot: the median decode step
+  std::vector<std::vector<int32_t>> generated;
+  std::vector<float> prefill_logits;  // sequence 0's, [prompt, vocab] (with --logits-out)
+  double roofline_fraction = 0, hbm_gbps = 0, bytes_per_step = 0;  // cuda only
+  std::string gpu = "cpu";
+};
+
+struct LlmArgs {
+  model::DecoderConfig config;
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t gen = 0, page = 16;
+  uint64_t seed = 1;
+  std::string weights_path;
+  bool logits = false, graphs = true;
+};
+
+model::LlamaTensorSource weight_source(const LlmArgs& a, std::unique_ptr<model::WeightStore>& store) {
+  if (a.weights_path.empty()) return model::random_llama_source(a.seed);
+  store = std::make_unique<model::WeightStore>(model::WeightStore::open(a.weights_path));
+  return model::store_llama_source(*store);
+}
+
+// Greedy decoding of every sequence for `a.gen` tokens after the prefill's logits; `step`
+// runs one decode step (the inputs' next tokens), and returns its seconds.
+template <typename Prefill, typename DecodeStep>
+void generate(const LlmArgs& a, RankContext& ctx, LlmRun& run, std::vector<model::SequenceTokens>& inputs,
+              Prefill&& prefill, DecodeStep&& step) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<int32_t> next = prefill();
+  run.prefill_s = max_across_ranks(ctx, seconds_since(start));
+  run.generated.assign(inputs.size(), {});
+  std::vector<double> steps;
+  for (int64_t i = 0; i < a.gen; ++i) {
+    for (size_t s = 0; s < inputs.size(); ++s) {
+      run.generated[s].push_back(next[s]);
+      inputs[s].tokens = {next[s]};
+    }
+    if (i + 1 == a.gen) break;
+    start = std::chrono::steady_clock::now();
+    next = step();
+    steps.push_back(max_across_ranks(ctx, seconds_since(start)));
+    if (ctx.rank == 0 && (i + 1) % 64 == 0)
+      std::printf("# decode step %lld of %lld\n", static_cast<long long>(i + 1),
+                  static_cast<long long>(a.gen - 1));
+  }
+  // The first steps of a batch size plan and capture its graph: the median is the steady state.
+  run.tpot_s = steps.empty() ? 0 : median(steps);
+}
+
+int32_t argmax_row(const float* row, int64_t n) {
+  return int32_t(std::max_element(row, row + n) - row);
+}
+
+LlmRun run_cpu_rank(const LlmArgs& a, RankContext& ctx) {
+  LlmRun run;
+  std::unique_ptr<model::WeightStore> store;
+  const model::LlamaTensorSource source = weight_source(a, store);
+  const int64_t batch = int64_t(a.prompts.size()), prompt = int64_t(a.prompts[0].size());
+  const int64_t pages_per_seq = (prompt + a.gen + a.page - 1) / a.page;
+  model::LlamaModel m(a.config, model::load_llama_weights(a.config, source, ctx.rank, ctx.size),
+                      {a.page, batch * pages_per_seq}, ctx.size > 1 ? ctx.world.get() : nullptr);
+  std::vector<model::SequenceTokens> inputs;
+  for (const auto& p : a.prompts) inputs.push_back({m.add_sequence(), p});
+  const int64_t vocab = a.config.vocab_size;
+  // Each input's last row of the logits forward() returned.
+  auto last_tokens = [&](const std::vector<float>& logits) {
+    std::vector<int32_t> next;
+    int64_t row = 0;
+    for (const auto& in : inputs) {
+      row += int64_t(in.tokens.size());
+      next.push_back(argmax_row(logits.data() + (row - 1) * vocab, vocab));
+    }
+    return next;
+  };
+  generate(a, ctx, run, inputs,
+           [&] {
+             std::vector<float> logits = m.forward(inputs);
+             if (a.logits) run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
+             return last_tokens(logits);
+           },
+           [&] { return last_tokens(m.forward(inputs)); });
+  return run;
+}
+
+LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
+  LlmRun run;
+  std::unique_ptr<model::WeightStore> store;
+  const model::LlamaTensorSource source = weight_source(a, store);
+  const int64_t batch = int64_t(a.prompts.size()), prompt = int64_t(a.prompts[0].size());
+  const int64_t pages_per_seq = (prompt + a.gen + a.page - 1) / a.page;
+  model::LlamaGpuOptions o;
+  o.device = ctx.device.index;
+  o.cache = {a.page, 2 * batch * pages_per_seq};  // room for the warm-up's sequences too
+  o.max_tokens = batch * prompt;
+  o.max_batch = batch;
+  o.max_context = prompt + a.gen;
+  o.max_logit_rows = a.logits ? batch * prompt : batch;
+  o.cuda_graphs = a.graphs;
+  model::LlamaGpuModel m(a.config, source, o, ctx.size > 1 ? ctx.world.get() : nullptr);
+  run.gpu = gpu_name(ctx);
+  const int64_t vocab = a.config.vocab_size;
+  // Warm-up prefill (plans, kernel modules), on sequences released again.
+  std::vector<model::SequenceTokens> inputs;
+  for (const auto& p : a.prompts) inputs.push_back({m.add_sequence(), p});
+  m.forward_greedy(inputs);
+  for (const auto& in : inputs) m.release_sequence(in.seq_id);
+  for (auto& in : inputs) in.seq_id = m.add_sequence();
+  generate(a, ctx, run, inputs,
+           [&] {
+             if (!a.logits) return m.forward_greedy(inputs);
+             std::vector<float> logits = m.forward(inputs, model::LogitRows::kAll);
+             run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
+             std::vector<int32_t> next;
+             for (int64_t s = 0; s < batch; ++s)
+               next.push_back(argmax_row(logits.data() + ((s + 1) * prompt - 1) * vocab, vocab));
+             return next;
+           },
+           [&] { return m.forward_greedy(inputs); });
+  // A decode step reads every weight once and each sequence's cached keys and values (at the
+  // middle of the generation: the median step's context).
+  const int64_t context = prompt + a.gen / 2;
+  const model::LlamaShapes& s = m.shapes();
+  run.bytes_per_step = double(m.weight_bytes()) + double(batch * context * s.num_layers * 2 *
+                                                         s.kv_width() * 2);
+  run.hbm_gbps = measure_hbm_read_gbps(m.stream());
+  run.roofline_fraction =
+      run.tpot_s > 0 ? run.bytes_per_step / (run.hbm_gbps * 1e9) / run.tpot_s : 0;
+  return run;
 }
 
 int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
@@ -80,13 +212,15 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
               {{"config", "tiny", "config.json (file or directory), or a preset: tiny, llama3-8b"},
                {"weights", "", "safetensors file or directory (default: random from --seed)"},
                {"layers", "0", "decoder layers to run (0: the configuration's)"},
-               {"tp", "1", "tensor-parallel ranks (cpu rank threads)"},
+               {"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
+               {"tp", "1", "tensor-parallel ranks (GPUs on cuda, rank threads on cpu)"},
                {"batch", "1", "sequences"},
                {"prompt-len", "16", "prompt tokens per sequence"},
                {"gen", "8", "greedy tokens generated per sequence"},
                {"page-size", "16", "KV cache page size (tokens)"},
                {"seed", "1", "seed of the random weights and prompt tokens"},
                {"prompt-tokens", "", "comma list of prompt token ids (batch 1; default: random)"},
+               {"graphs", "1", "cuda: replay decode steps from CUDA graphs (0: eager)"},
                {"logits-out", "", "write sequence 0's prefill logits [prompt, vocab] and its "
                                   "generated tokens to this safetensors file"},
                {"json", "", "write the records to this JSON file"}});
@@ -95,112 +229,79 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
     std::fputs(opt.usage().c_str(), stdout);
     return 0;
   }
-  model::DecoderConfig config = load_config(opt.text("config"));
+  LlmArgs a;
+  a.config = load_config(opt.text("config"));
   const int64_t layers = opt.integer("layers", 0, 1 << 16);
-  if (layers > 0) config.num_hidden_layers = layers;
+  if (layers > 0) a.config.num_hidden_layers = layers;
   const int tp = int(opt.integer("tp", 1, 64));
   std::vector<int32_t> given;
   for (const std::string& t : opt.text("prompt-tokens").empty() ? std::vector<std::string>{}
                                                                  : opt.list("prompt-tokens"))
-    given.push_back(int32_t(parse_integer(t, "--prompt-tokens", 0, config.vocab_size - 1)));
+    given.push_back(int32_t(parse_integer(t, "--prompt-tokens", 0, a.config.vocab_size - 1)));
   const int64_t batch = given.empty() ? opt.integer("batch", 1, 4096) : 1,
-                prompt = given.empty() ? opt.integer("prompt-len", 1, 1 << 20) : int64_t(given.size()),
-                gen = opt.integer("gen", 0, 1 << 20), page = opt.integer("page-size", 1, 1 << 16);
-  const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
-  const std::string weights_path = opt.text("weights");
-  if (cuda_available()) {
-    std::printf("# the model's CUDA layers are not built yet: running on the cpu backend\n");
+                prompt = given.empty() ? opt.integer("prompt-len", 1, 1 << 20) : int64_t(given.size());
+  a.gen = opt.integer("gen", 0, 1 << 20);
+  a.page = opt.integer("page-size", 1, 1 << 16);
+  a.seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
+  a.weights_path = opt.text("weights");
+  a.graphs = opt.integer("graphs", 0, 1) == 1;
+  a.logits = !opt.text("logits-out").empty();
+  a.prompts.assign(size_t(batch), {});
+  std::mt19937_64 rng(a.seed);
+  for (auto& p : a.prompts) {
+    for (int64_t t = 0; t < prompt; ++t) p.push_back(int32_t(rng() % uint64_t(a.config.vocab_size)));
   }
-  // Pages for every sequence's prompt and generated tokens, rounded up per sequence.
-  const int64_t pages_per_seq = (prompt + gen + page - 1) / page;
-  const model::KvCacheSize cache{page, batch * pages_per_seq};
-  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
-  std::mt19937_64 rng(seed);
-  for (auto& p : prompts) {
-    for (int64_t t = 0; t < prompt; ++t) p.push_back(int32_t(rng() % uint64_t(config.vocab_size)));
-  }
-  if (!given.empty()) prompts[0] = given;
+  if (!given.empty()) a.prompts[0] = given;
 
   RankLaunch launch;
-  launch.backend = "cpu";
+  launch.backend = opt.text("backend");
   launch.nranks = tp;
   launch.context.create_heap = false;
-  std::mutex print_mutex;
+  const bool on_cuda = launch.backend == "cuda" || (launch.backend == "auto" && cuda_available());
   std::vector<BenchRecord> records;
   const std::string model_name = opt.text("config") + (layers > 0 ? str("-", layers, "l") : "");
   const int code = run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
-    model::LlamaWeights weights =
-        weights_path.empty()
-            ? model::random_llama_weights(config, seed, ctx.rank, ctx.size)
-            : model::load_llama_weights(config, model::WeightStore::open(weights_path), ctx.rank,
-                                        ctx.size);
-    model::LlamaModel m(config, std::move(weights), cache,
-                        ctx.size > 1 ? ctx.world.get() : nullptr);
-    std::vector<model::SequenceTokens> inputs;
-    for (const auto& p : prompts) inputs.push_back({m.add_sequence(), p});
-    const int64_t vocab = config.vocab_size;
-    auto start = std::chrono::steady_clock::now();
-    std::vector<float> logits = m.forward(inputs);
-    const double prefill_s = max_across_ranks(ctx, seconds_since(start));
-    const std::vector<float> prefill_logits(logits.begin(), logits.begin() + prompt * config.vocab_size);
-    std::vector<std::vector<int32_t>> generated(static_cast<size_t>(batch));
-    auto take_next = [&](bool after_prefill) {
-      for (int64_t s = 0; s < batch; ++s) {
-        const int64_t row = after_prefill ? (s + 1) * prompt - 1 : s;  // each sequence's last
-        const int32_t next = argmax(logits.data() + row * vocab, vocab);
-        generated[size_t(s)].push_back(next);
-        inputs[size_t(s)].tokens = {next};
-      }
-    };
-    take_next(true);
-    start = std::chrono::steady_clock::now();
-    for (int64_t step = 1; step < gen; ++step) {
-      logits = m.forward(inputs);
-      take_next(false);
-      if (ctx.rank == 0 && step % 8 == 0) {
-        std::lock_guard<std::mutex> lock(print_mutex);
-        std::printf("# decode step %lld of %lld\n", static_cast<long long>(step),
-                    static_cast<long long>(gen - 1));
-      }
-    }
-    const double decode_s = max_across_ranks(ctx, seconds_since(start));
+    const LlmRun run = on_cuda ? run_cuda_rank(a, ctx) : run_cpu_rank(a, ctx);
     if (ctx.rank != 0) return;
-    const int64_t steps = gen > 1 ? gen - 1 : 0;
-    const double tpot_ms = steps > 0 ? 1000.0 * decode_s / double(steps) : 0;
-    const double tokens_per_s = steps > 0 ? double(batch * steps) / decode_s : 0;
-    std::printf(
-        "# tessera run llm: %s, %lld layers, tp %d (cpu), batch %lld, prompt %lld, gen %lld\n",
-        model_name.c_str(), static_cast<long long>(config.num_hidden_layers), tp,
-        static_cast<long long>(batch), static_cast<long long>(prompt), static_cast<long long>(gen));
-    std::printf(
-        "  prefill          %10.2f ms\n  per output token %10.2f ms\n  decode tokens/s  %10.1f\n",
-        1000.0 * prefill_s, tpot_ms, tokens_per_s);
+    const int64_t steps = a.gen > 1 ? a.gen - 1 : 0;
+    const double tokens_per_s = run.tpot_s > 0 ? double(batch) / run.tpot_s : 0;
+    std::printf("# tessera run llm: %s, %lld layers, tp %d (%s), batch %lld, prompt %lld, gen %lld\n",
+                model_name.c_str(), static_cast<long long>(a.config.num_hidden_layers), tp,
+                on_cuda ? "cuda bf16" : "cpu f32", static_cast<long long>(batch),
+                static_cast<long long>(prompt), static_cast<long long>(a.gen));
+    std::printf("  prefill          %10.2f ms\n  per output token %10.3f ms (median of %lld steps)\n"
+                "  decode tokens/s  %10.1f\n",
+                1000.0 * run.prefill_s, 1000.0 * run.tpot_s, static_cast<long long>(steps),
+                tokens_per_s);
+    if (on_cuda && run.tpot_s > 0)
+      std::printf("  decode roofline  %10.1f%% (%.2f GB per step at %.0f GB/s measured)\n",
+                  100.0 * run.roofline_fraction, run.bytes_per_step * 1e-9, run.hbm_gbps);
     std::printf("  sequence 0 generated:");
-    for (int32_t t : generated[0]) std::printf(" %d", t);
+    for (int32_t t : run.generated[0]) std::printf(" %d", t);
     std::printf("\n");
-    if (!opt.text("logits-out").empty()) {
-      const std::vector<int64_t> logits_dims = {prompt, vocab};
-      const std::vector<int64_t> token_dims = {int64_t(generated[0].size())};
+    if (a.logits) {
+      const std::vector<int64_t> logits_dims = {prompt, int64_t(a.config.vocab_size)};
+      const std::vector<int64_t> token_dims = {int64_t(run.generated[0].size())};
       const std::vector<model::NamedTensor> out = {
-          {"prefill_logits", TensorView::contiguous(const_cast<float*>(prefill_logits.data()),
+          {"prefill_logits", TensorView::contiguous(const_cast<float*>(run.prefill_logits.data()),
                                                     DType::kF32, Device::cpu(),
                                                     logits_dims.data(), 2)},
-          {"generated", TensorView::contiguous(generated[0].data(), DType::kI32, Device::cpu(),
-                                               token_dims.data(), 1)}};
+          {"generated", TensorView::contiguous(const_cast<int32_t*>(run.generated[0].data()),
+                                               DType::kI32, Device::cpu(), token_dims.data(), 1)}};
       model::write_safetensors(opt.text("logits-out"), out);
     }
     for (const bool prefill : {true, false}) {
       BenchRecord rec;
       rec.bench = "llm";
-      rec.case_name =
-          str(model_name, " b", batch, " ctx", prompt, prefill ? " prefill" : " decode");
+      rec.case_name = str(model_name, " b", batch, " ctx", prompt, prefill ? " prefill" : " decode");
       rec.impl = "tessera";
-      rec.gpu = "cpu";
-      rec.num_gpus = 0;
-      rec.topology = str("tp", tp, " cpu");
-      rec.median_us = prefill ? 1e6 * prefill_s : 1000.0 * tpot_ms;
+      rec.gpu = run.gpu;
+      rec.num_gpus = on_cuda ? tp : 0;
+      rec.topology = str("tp", tp, on_cuda ? "" : " cpu");
+      rec.median_us = 1e6 * (prefill ? run.prefill_s : run.tpot_s);
       rec.ok = true;
       if (!prefill) rec.extra["tokens_per_s"] = tokens_per_s;
+      if (!prefill && on_cuda) rec.extra["roofline_fraction"] = run.roofline_fraction;
       records.push_back(rec);
     }
   });

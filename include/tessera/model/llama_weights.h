@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "tessera/model/llama_shapes.h"
@@ -34,6 +36,24 @@ struct LlamaWeights {
   std::vector<float> final_norm;  // [C]
   std::vector<float> lm_head;     // [V, C]; a copy of embed when tie_word_embeddings
 };
+
+// Where a loader takes a rank's weights from, one tensor at a time, so a model can upload layer
+// by layer without holding the float32 model: the tensor's Hugging Face name, its full shape
+// [rows, cols] ([n, 1] or [1, n] for vectors) and the part this rank keeps, as float32.
+using LlamaTensorSource = std::function<std::vector<float>(
+    const std::string& name, int64_t rows, int64_t cols, const TensorShard& shard)>;
+// Random weights from `seed` (random_llama_weights' values); a WeightStore's tensors (any float
+// dtype widened; the store must outlive the source).
+LlamaTensorSource random_llama_source(uint64_t seed);
+LlamaTensorSource store_llama_source(const WeightStore& store);
+
+// One decoder layer's weights of this rank.
+LlamaLayerWeights load_llama_layer(const DecoderConfig& config, const LlamaTensorSource& source,
+                                   int rank, int ranks, int64_t layer);
+// Every weight of this rank; with_layers false leaves `layers` empty (embedding, final norm and
+// lm_head only, for loaders that take the layers one by one).
+LlamaWeights load_llama_weights(const DecoderConfig& config, const LlamaTensorSource& source,
+                                int rank, int ranks, bool with_layers = true);
 
 // Random weights: linears uniform in [-1/sqrt(in), 1/sqrt(in)), the embedding in [-1, 1),
 // norm weights 1 + [-0.1, 0.1), biases [-0.1, 0.1). Deterministic on every platform.

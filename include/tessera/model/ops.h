@@ -77,6 +77,13 @@ void adaln_modulate(const TensorView& x, const TensorView& shift, const TensorVi
 void embedding(const TensorView& ids, const TensorView& table, const TensorView& out,
                const Stream& stream);
 
+// table[ids[n], :] = src[n, :]: embedding's inverse, a row scatter (writing new keys and values
+// into the rows of a paged KV cache, vLLM's reshape_and_cache). src [N, C]; ids i32 or i64 [N],
+// each in [0, R) and distinct (which of two writes to one row lands is not defined); table
+// [R, C], src's dtype.
+void scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table,
+                  const Stream& stream);
+
 // Greedy sampling: out[n] = the index of the largest logits[n, v] (the lowest index among
 // equals; NaN counts as larger than every number, as torch.argmax). logits [N, V] with V >= 1;
 // out i32 or i64 [N] (i32 needs V <= 2^31 - 1).

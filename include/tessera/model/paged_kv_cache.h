@@ -13,11 +13,11 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "tessera/attn/attention.h"
 #include "tessera/core/tensor_view.h"
+#include "tessera/model/page_allocator.h"
 
 namespace tessera::model {
 
@@ -35,20 +35,15 @@ class PagedKvCache {
   explicit PagedKvCache(const PagedKvCacheConfig& config);
 
   const PagedKvCacheConfig& config() const { return config_; }
-  int64_t free_pages() const { return int64_t(free_list_.size()); }
+  int64_t free_pages() const { return pages_.free_pages(); }
 
-  // A new empty sequence; returns its id.
-  int64_t add_sequence();
-  // Returns the sequence's pages to the free list; the id becomes unknown.
-  void release_sequence(int64_t seq_id);
-  bool contains(int64_t seq_id) const { return sequences_.count(seq_id) != 0; }
-  int64_t length(int64_t seq_id) const;
-  const std::vector<int64_t>& page_table(int64_t seq_id) const;
-
-  // Reserves `num_tokens` more positions at the end of the sequence, taking pages from the
-  // free list. Out of pages: throws kInvalidArgument naming the sequence, the pages it needs
-  // and the pages free; the cache is unchanged.
-  void extend(int64_t seq_id, int64_t num_tokens);
+  // The sequences and their pages (PageAllocator's contract; errors name PagedKvCache).
+  int64_t add_sequence() { return pages_.add_sequence(); }
+  void release_sequence(int64_t seq_id) { pages_.release_sequence(seq_id); }
+  bool contains(int64_t seq_id) const { return pages_.contains(seq_id); }
+  int64_t length(int64_t seq_id) const { return pages_.length(seq_id); }
+  const std::vector<int64_t>& page_table(int64_t seq_id) const { return pages_.page_table(seq_id); }
+  void extend(int64_t seq_id, int64_t num_tokens) { pages_.extend(seq_id, num_tokens); }
 
   // Stores k, v [T, Hkv, D] (f32, unit stride in D) of `layer` at positions [start, start + T),
   // which must lie inside the sequence's length.
@@ -67,22 +62,15 @@ class PagedKvCache {
               const TensorView& v_out) const;
 
  private:
-  struct Sequence {
-    int64_t length = 0;
-    std::vector<int64_t> pages;
-  };
-  const Sequence& sequence(int64_t seq_id, const char* what) const;
-  void check_range(int64_t layer, const Sequence& seq, int64_t seq_id, int64_t end) const;
+  void check_range(int64_t layer, int64_t seq_id, int64_t end) const;
   // The first float of (page, layer, k or v, row 0).
   float* slot(int64_t page, int64_t layer, int kv) const;
 
   PagedKvCacheConfig config_;
+  PageAllocator pages_;
   int64_t row_floats_ = 0;   // Hkv * D
   int64_t page_floats_ = 0;  // num_layers * 2 * page_size * row_floats_
   std::vector<float> pool_;
-  std::vector<int64_t> free_list_;  // popped from the back: lowest page first
-  std::map<int64_t, Sequence> sequences_;
-  int64_t next_seq_id_ = 0;
 };
 
 }  // namespace tessera::model

@@ -153,6 +153,24 @@ void cuda_embedding(const TensorView& ids, const TensorView& table, const Tensor
   k::launch_embedding(p, stream.cuda_stream());
 }
 
+void cuda_scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table,
+                       const Stream& stream) {
+  k::EmbeddingParams p;
+  p.scatter = true;
+  p.element_bytes = int(table.element_size());
+  p.tokens = src.size(0);
+  p.cols = src.size(1);
+  p.vocab = table.size(0);
+  p.ids = ids.data();
+  p.id_type = index_of(ids.dtype());
+  p.id_stride = ids.stride(0);
+  p.table = table.data();
+  p.table_stride = table.stride(0);
+  p.out = src.data();
+  p.out_stride = src.stride(0);
+  k::launch_embedding(p, stream.cuda_stream());
+}
+
 void cuda_argmax(const TensorView& logits, const TensorView& out, const Stream& stream) {
   k::ArgmaxParams p;
   p.element = element_of(logits.dtype());

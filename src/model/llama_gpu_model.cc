@@ -1,0 +1,499 @@
+#include "tessera/model/llama_gpu_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "model/llama_gpu_backend.h"
+#include "tessera/attn/attention.h"
+#include "tessera/core/buffer.h"
+#include "tessera/core/error.h"
+#include "tessera/gemm/gemm.h"
+#include "tessera/model/ops.h"
+#include "tessera/model/page_allocator.h"
+#include "tessera/runtime/memory.h"
+
+namespace tessera::model {
+namespace {
+
+enum class LinearKind : int { kQkv, kO, kGateUp, kDown, kHead };
+
+struct LayerWeights {
+  Tensor input_norm, wqkv, bqkv, wo, post_norm, wgu, wdown;
+};
+
+// One decoder layer's work over the rows of a step: prefills run attention per sequence,
+// decodes in runs of consecutive inputs (one row each) through the split-KV kernel.
+struct Prefill {
+  int64_t first_row = 0, num_tokens = 0;
+};
+struct DecodeRun {
+  int64_t first_input = 0, count = 0, first_row = 0;
+};
+struct Step {
+  int64_t tokens = 0, logit_rows = 0;
+  std::vector<Prefill> prefills;
+  std::vector<DecodeRun> decodes;
+};
+
+[[maybe_unused]] std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts) {
+  std::vector<float> out;
+  for (const std::vector<float>* p : parts) out.insert(out.end(), p->begin(), p->end());
+  return out;
+}
+
+}  // namespace
+
+struct LlamaGpuModel::Impl {
+  Impl(const DecoderConfig& config, const LlamaTensorSource& source, const LlamaGpuOptions& o,
+       Communicator* comm);
+
+  Tensor upload(const std::vector<float>& values, std::initializer_list<int64_t> shape,
+                bool count = true);
+  const gemm::Gemm& linear(LinearKind kind, int64_t m);
+  void run_linear(LinearKind kind, const TensorView& a, const Tensor& w, const Tensor& bias,
+                  const TensorView& out);
+  // Rows [0, n) of a [rows, width] buffer.
+  TensorView rows(const Tensor& t, int64_t n) const { return t.view().slice(0, 0, n); }
+  const int32_t* i32(int64_t offset) const { return step_i32_.data_as<int32_t>() + offset; }
+  TensorView i32_view(int64_t offset, int64_t n) const {
+    return TensorView(const_cast<int32_t*>(i32(offset)), DType::kI32, device_, {n});
+  }
+  int splits_for(int64_t batch) const;
+
+  Step pack(std::span<const SequenceTokens> inputs, LogitRows which);
+  void upload_step(const Step& step, size_t inputs);
+  void run_step(const Step& step);
+  void run_layer(int64_t layer, const Step& step);
+  // Runs the step eagerly or from its CUDA graph (decode-only batches).
+  void execute(const Step& step, size_t inputs);
+
+  DecoderConfig config;
+  LlamaShapes shapes;
+  LlamaGpuOptions opts;
+  Communicator* comm = nullptr;
+  Device device_;
+  Stream stream_ = Stream::cpu();
+  int64_t weight_bytes = 0;
+  int64_t qkv_width = 0, pages_per_seq = 0, cache_rows = 0;
+
+  Tensor embed, final_norm, lm_head, inv_freq;
+  std::vector<LayerWeights> layers;
+  Tensor cache;  // [layers, 2, cache_rows, kv_width]
+  PageAllocator pages;
+
+  Tensor x, residual, h, qkv, attn, gate_up, act, partial;  // [max_tokens, width]
+  Tensor xr, rr, hr, logits, next;                           // [max_logit_rows, ...]
+  Tensor partial_o, partial_lse;                             // split-KV workspace
+  // Step inputs, i32: ids, positions, slots [max_tokens]; logit rows [max_logit_rows];
+  // seq_pos [max_batch]; page table [max_batch, pages_per_seq].
+  Tensor step_i32_;
+  std::vector<int32_t> staging_;
+  int64_t off_pos = 0, off_slot = 0, off_rows = 0, off_seq = 0, off_table = 0;
+
+  std::map<std::pair<int, int64_t>, std::unique_ptr<gemm::Gemm>> gemms;
+#ifdef TESSERA_WITH_CUDA
+  std::map<int64_t, std::unique_ptr<detail::CudaGraph>> graphs;
+#endif
+  std::set<int64_t> eager_batches;  // decode batch sizes run once eagerly (plans made)
+  int sm_count = 1;
+};
+
+LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& source,
+                          const LlamaGpuOptions& o, Communicator* comm_in)
+    : config(c),
+      shapes(llama_shapes(c, comm_in ? comm_in->rank() : 0, comm_in ? comm_in->size() : 1)),
+      opts(o),
+      comm(comm_in),
+      pages(o.cache.page_size, o.cache.num_pages, "LlamaGpuOptions.cache") {
+#ifndef TESSERA_WITH_CUDA
+  (void)source;
+  throw_error(ErrorCode::kUnsupported,
+              "LlamaGpuModel: this build has no cuda backend (configure with TESSERA_CUDA=ON)");
+#else
+  TESSERA_CHECK_ARG(o.dtype == DType::kBF16 || o.dtype == DType::kF16,
+                    "LlamaGpuOptions.dtype = ", dtype_name(o.dtype), ": expected bf16 or f16");
+  const auto positive = [](int64_t v, const char* name) {
+    TESSERA_CHECK_ARG(v >= 1, "LlamaGpuOptions.", name, " = ", v, ": expected >= 1");
+  };
+  positive(o.max_tokens, "max_tokens");
+  positive(o.max_batch, "max_batch");
+  positive(o.max_context, "max_context");
+  positive(o.max_logit_rows, "max_logit_rows");
+  TESSERA_CHECK_ARG(o.device >= 0 && o.device < cuda_device_count(), "LlamaGpuOptions.device = ",
+                    o.device, ": expected 0 to ", cuda_device_count() - 1, " (visible GPUs)");
+  const int64_t d = shapes.head_dim, group = shapes.q_heads / shapes.kv_heads;
+  TESSERA_CHECK((d == 64 || d == 128) && detail::cuda_split_kv_supported(int(d), int(group)),
+                ErrorCode::kUnsupported, "LlamaGpuModel: head_dim = ", d, " with ", group,
+                " query heads per KV head: the cuda layers take head_dim 64 or 128 and up to 16 "
+                "query heads per KV head");
+  device_ = Device::cuda(o.device);
+  stream_ = Stream::create_cuda(o.device);
+  sm_count = detail::cuda_sm_count(o.device);
+  const int64_t cw = shapes.hidden, qw = shapes.q_width(), kvw = shapes.kv_width();
+  const int64_t f = shapes.intermediate, v = shapes.vocab;
+  qkv_width = qw + 2 * kvw;
+
+  const LlamaWeights globals = load_llama_weights(c, source, shapes.rank, shapes.ranks, false);
+  embed = upload(globals.embed, {v, cw}, false);
+  final_norm = upload(globals.final_norm, {cw});
+  lm_head = c.tie_word_embeddings ? embed : upload(globals.lm_head, {v, cw}, false);
+  weight_bytes += v * cw * int64_t(dtype_size(o.dtype));  // lm_head, read every step
+  for (int64_t l = 0; l < shapes.num_layers; ++l) {
+    const LlamaLayerWeights w = load_llama_layer(c, source, shapes.rank, shapes.ranks, l);
+    LayerWeights g;
+    g.input_norm = upload(w.input_norm, {cw});
+    g.wqkv = upload(concat({&w.q, &w.k, &w.v}), {qkv_width, cw});
+    if (c.qkv_bias) g.bqkv = upload(concat({&w.q_bias, &w.k_bias, &w.v_bias}), {qkv_width});
+    g.wo = upload(w.o, {cw, qw});
+    g.post_norm = upload(w.post_norm, {cw});
+    g.wgu = upload(concat({&w.gate, &w.up}), {2 * f, cw});
+    g.wdown = upload(w.down, {cw, f});
+    layers.push_back(std::move(g));
+  }
+  const std::vector<float> freq = rope_inv_freq(d, c.rope_theta, c.rope_scaling);
+  inv_freq = Tensor::empty({int64_t(freq.size())}, DType::kF32, device_);
+  copy_bytes(inv_freq.data(), freq.data(), freq.size() * sizeof(float), stream_);
+
+  pages_per_seq = (o.max_context + o.cache.page_size - 1) / o.cache.page_size;
+  cache_rows = o.cache.num_pages * o.cache.page_size;
+  cache = Tensor::empty({shapes.num_layers, 2, cache_rows, kvw}, o.dtype, device_);
+
+  const int64_t t = o.max_tokens, r = o.max_logit_rows;
+  for (Tensor* b : {&x, &residual, &h}) *b = Tensor::empty({t, cw}, o.dtype, device_);
+  if (comm != nullptr) partial = Tensor::empty({t, cw}, o.dtype, device_);
+  qkv = Tensor::empty({t, qkv_width}, o.dtype, device_);
+  attn = Tensor::empty({t, qw}, o.dtype, device_);
+  gate_up = Tensor::empty({t, 2 * f}, o.dtype, device_);
+  act = Tensor::empty({t, f}, o.dtype, device_);
+  for (Tensor* b : {&xr, &rr, &hr}) *b = Tensor::empty({r, cw}, o.dtype, device_);
+  logits = Tensor::empty({r, v}, DType::kF32, device_);
+  next = Tensor::empty({r}, DType::kI32, device_);
+  int64_t most = 1;  // the largest batch x splits of any decode run
+  for (int64_t b = 1; b <= o.max_batch; ++b) most = std::max(most, b * splits_for(b));
+  partial_o = Tensor::empty({most * shapes.q_heads * d}, DType::kF32, device_);
+  partial_lse = Tensor::empty({most * shapes.q_heads}, DType::kF32, device_);
+
+  off_pos = t;
+  off_slot = 2 * t;
+  off_rows = 3 * t;
+  off_seq = off_rows + r;
+  off_table = off_seq + o.max_batch;
+  const int64_t total = off_table + o.max_batch * pages_per_seq;
+  step_i32_ = Tensor::empty({total}, DType::kI32, device_);
+  staging_.assign(size_t(total), 0);
+  stream_.synchronize();
+#endif
+}
+
+Tensor LlamaGpuModel::Impl::upload(const std::vector<float>& values,
+                                   std::initializer_list<int64_t> shape, bool count) {
+  Tensor t = Tensor::empty(shape, opts.dtype, device_);
+  TESSERA_CHECK(int64_t(values.size()) == t.view().numel(), ErrorCode::kInternal,
+                "LlamaGpuModel: a weight has ", values.size(), " values for ",
+                t.view().to_string());
+  std::vector<uint16_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    bits[i] = opts.dtype == DType::kF16 ? float_to_fp16_bits(values[i])
+                                        : float_to_bf16_bits(values[i]);
+  copy_bytes(t.data(), bits.data(), bits.size() * sizeof(uint16_t), stream_);
+  stream_.synchronize();  // `bits` goes away; construction only
+  if (count) weight_bytes += int64_t(bits.size() * sizeof(uint16_t));
+  return t;
+}
+
+int LlamaGpuModel::Impl::splits_for(int64_t batch) const {
+  // Enough (sequence, KV head, split) CTAs for two waves, splits of at least 64 positions.
+  const int64_t ctas = batch * shapes.kv_heads;
+  return int(std::clamp<int64_t>((2 * sm_count + ctas - 1) / ctas, 1,
+                                 std::max<int64_t>(1, opts.max_context / 64)));
+}
+
+const gemm::Gemm& LlamaGpuModel::Impl::linear(LinearKind kind, int64_t m) {
+  auto& slot = gemms[{int(kind), m}];
+  if (!slot) {
+    const int64_t c = shapes.hidden, qw = shapes.q_width(), f = shapes.intermediate;
+    gemm::GemmShape s;
+    s.m = m;
+    s.dtype = s.out_dtype = opts.dtype;
+    s.weight_nk = true;
+    switch (kind) {
+      case LinearKind::kQkv: s.n = qkv_width, s.k = c, s.bias = config.qkv_bias; break;
+      case LinearKind::kO: s.n = c, s.k = qw; break;
+      case LinearKind::kGateUp: s.n = 2 * f, s.k = c; break;
+      case LinearKind::kDown: s.n = c, s.k = f; break;
+      case LinearKind::kHead: s.n = shapes.vocab, s.k = c, s.out_dtype = DType::kF32; break;
+    }
+    // cuBLASLt takes f32 out from 16-bit in; Tessera's kernel writes its input type only.
+    slot = std::make_unique<gemm::Gemm>(s, device_, kind == LinearKind::kHead
+                                                        ? gemm::GemmImpl::kCublasLt
+                                                        : gemm::GemmImpl::kAuto);
+  }
+  return *slot;
+}
+
+void LlamaGpuModel::Impl::run_linear(LinearKind kind, const TensorView& a, const Tensor& w,
+                                     const Tensor& bias, const TensorView& out) {
+  linear(kind, a.size(0)).run(a, w, bias.data() ? bias.view() : TensorView{}, out, stream_);
+}
+
+Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows which) {
+  TESSERA_CHECK_ARG(!inputs.empty(), "LlamaGpuModel::forward: inputs: expected >= 1 sequence");
+  TESSERA_CHECK_ARG(int64_t(inputs.size()) <= opts.max_batch, "LlamaGpuModel::forward: ",
+                    inputs.size(), " inputs: expected at most LlamaGpuOptions.max_batch = ",
+                    opts.max_batch);
+  Step step;
+  std::set<int64_t> seen;
+  int64_t pages_needed = 0;
+  const int64_t page = opts.cache.page_size;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const SequenceTokens& in = inputs[i];
+    TESSERA_CHECK_ARG(pages.contains(in.seq_id), "LlamaGpuModel::forward: inputs[", i,
+                      "].seq_id = ", in.seq_id, ": no such sequence (add_sequence() first)");
+    TESSERA_CHECK_ARG(seen.insert(in.seq_id).second, "LlamaGpuModel::forward: inputs[", i,
+                      "].seq_id = ", in.seq_id, ": repeated in one batch");
+    const int64_t n = int64_t(in.tokens.size()), start = pages.length(in.seq_id);
+    TESSERA_CHECK_ARG(n >= 1, "LlamaGpuModel::forward: inputs[", i,
+                      "].tokens: expected >= 1 token");
+    for (size_t j = 0; j < in.tokens.size(); ++j) {
+      TESSERA_CHECK_ARG(in.tokens[j] >= 0 && in.tokens[j] < shapes.vocab,
+                        "LlamaGpuModel::forward: inputs[", i, "].tokens[", j, "] = ", in.tokens[j],
+                        ": expected in [0, ", shapes.vocab, ")");
+    }
+    TESSERA_CHECK(n == 1 || start == 0, ErrorCode::kUnsupported, "LlamaGpuModel::forward: inputs[",
+                  i, "]: ", n, " tokens after ", start,
+                  " cached: the cuda layers run a prompt from position 0 or one decode token "
+                  "(chunked prefill is not built yet)");
+    TESSERA_CHECK_ARG(start + n <= opts.max_context, "LlamaGpuModel::forward: inputs[", i,
+                      "] reaches position ", start + n,
+                      ": expected at most LlamaGpuOptions.max_context = ", opts.max_context);
+    pages_needed += pages.pages_to_extend(in.seq_id, n);
+    if (n == 1) {
+      if (!step.decodes.empty() && step.decodes.back().first_input + step.decodes.back().count ==
+                                       int64_t(i))
+        ++step.decodes.back().count;
+      else
+        step.decodes.push_back({int64_t(i), 1, step.tokens});
+    } else {
+      step.prefills.push_back({step.tokens, n});
+    }
+    step.tokens += n;
+  }
+  TESSERA_CHECK_ARG(step.tokens <= opts.max_tokens, "LlamaGpuModel::forward: ", step.tokens,
+                    " new tokens: expected at most LlamaGpuOptions.max_tokens = ",
+                    opts.max_tokens);
+  step.logit_rows = which == LogitRows::kAll ? step.tokens : int64_t(inputs.size());
+  TESSERA_CHECK_ARG(step.logit_rows <= opts.max_logit_rows, "LlamaGpuModel::forward: logits of ",
+                    step.logit_rows, " rows: expected at most LlamaGpuOptions.max_logit_rows = ",
+                    opts.max_logit_rows);
+  TESSERA_CHECK_ARG(pages_needed <= pages.free_pages(),
+                    "LlamaGpuModel::forward: out of KV cache pages: the batch needs ",
+                    pages_needed, " more, ", pages.free_pages(), " of ", pages.num_pages(),
+                    " are free");
+  // Checked: now cache the positions and fill the step's inputs.
+  int64_t row = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const SequenceTokens& in = inputs[i];
+    const int64_t start = pages.length(in.seq_id), n = int64_t(in.tokens.size());
+    pages.extend(in.seq_id, n);
+    const std::vector<int64_t>& table = pages.page_table(in.seq_id);
+    for (int64_t j = 0; j < n; ++j, ++row) {
+      const int64_t pos = start + j;
+      staging_[size_t(row)] = in.tokens[size_t(j)];
+      staging_[size_t(off_pos + row)] = int32_t(pos);
+      staging_[size_t(off_slot + row)] = int32_t(table[size_t(pos / page)] * page + pos % page);
+    }
+    if (which == LogitRows::kLast) staging_[size_t(off_rows) + i] = int32_t(row - 1);
+    staging_[size_t(off_seq) + i] = int32_t(start + n - 1);
+    int32_t* table_row = staging_.data() + off_table + int64_t(i) * pages_per_seq;
+    std::fill(table_row, table_row + pages_per_seq, 0);
+    for (size_t p = 0; p < table.size(); ++p) table_row[p] = int32_t(table[p]);
+  }
+  if (which == LogitRows::kAll) {
+    for (int64_t r = 0; r < step.tokens; ++r) staging_[size_t(off_rows + r)] = int32_t(r);
+  }
+  return step;
+}
+
+void LlamaGpuModel::Impl::upload_step(const Step& step, size_t inputs) {
+  const auto copy = [&](int64_t offset, int64_t count) {
+    copy_bytes(step_i32_.data_as<int32_t>() + offset, staging_.data() + offset,
+               size_t(count) * sizeof(int32_t), stream_);
+  };
+  copy(0, step.tokens);
+  copy(off_pos, step.tokens);
+  copy(off_slot, step.tokens);
+  copy(off_rows, step.logit_rows);
+  copy(off_seq, int64_t(inputs));
+  copy(off_table, int64_t(inputs) * pages_per_seq);
+}
+
+void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
+  const LayerWeights& w = layers[size_t(l)];
+  const int64_t t = step.tokens, d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
+  const int64_t qw = shapes.q_width(), kvw = shapes.kv_width(), f = shapes.intermediate;
+  const float eps = float(config.rms_norm_eps), scale = attn::default_softmax_scale(d);
+  const TensorView xs = rows(x, t), res = rows(residual, t), hs = rows(h, t);
+  const TensorView qkv_rows = rows(qkv, t), attn_rows = rows(attn, t);
+  const TensorView positions = i32_view(off_pos, t);
+  // q, k, v: column blocks of the qkv rows, [T, heads, D].
+  auto heads = [&](int64_t column, int64_t count) {
+    return TensorView(qkv.data_as<uint16_t>() + column, opts.dtype, device_, {t, count, d},
+                      {qkv_width, d, 1});
+  };
+  const TensorView q = heads(0, hq), k = heads(qw, hkv), v = heads(qw + kvw, hkv);
+  rms_norm(xs, {res, res}, w.input_norm, eps, hs, stream_);
+  run_linear(LinearKind::kQkv, hs, w.wqkv, w.bqkv, qkv_rows);
+  rope(q, positions, inv_freq, q, stream_);
+  rope(k, positions, inv_freq, k, stream_);
+  const TensorView layer_cache = cache.view().slice(0, l, 1);
+  const TensorView k_table(layer_cache.data(), opts.dtype, device_, {cache_rows, kvw});
+  const TensorView v_table(static_cast<uint16_t*>(layer_cache.data()) + cache_rows * kvw,
+                           opts.dtype, device_, {cache_rows, kvw});
+  const TensorView slots = i32_view(off_slot, t);
+  scatter_rows(TensorView(k.data(), opts.dtype, device_, {t, kvw}, {qkv_width, 1}), slots,
+               k_table, stream_);
+  scatter_rows(TensorView(v.data(), opts.dtype, device_, {t, kvw}, {qkv_width, 1}), slots,
+               v_table, stream_);
+  for (const Prefill& p : step.prefills) {
+    auto seq = [&](const TensorView& part, int64_t count) {
+      return TensorView(static_cast<uint16_t*>(part.data()) + p.first_row * qkv_width,
+                        opts.dtype, device_, {1, p.num_tokens, count, d},
+                        {p.num_tokens * qkv_width, qkv_width, d, 1});
+    };
+    const TensorView o(attn.data_as<uint16_t>() + p.first_row * qw, opts.dtype, device_,
+                       {1, p.num_tokens, hq, d});
+    attn::forward(seq(q, hq), seq(k, hkv), seq(v, hkv), o, TensorView{},
+                  attn::MaskSpec::causal_at(0, 0), scale, stream_);
+  }
+#ifdef TESSERA_WITH_CUDA
+  for (const DecodeRun& run : step.decodes) {
+    detail::SplitKvAttention a;
+    a.dtype = opts.dtype;
+    a.batch = int(run.count);
+    a.num_heads = int(hq);
+    a.num_kv_heads = int(hkv);
+    a.head_dim = int(d);
+    a.q = qkv.data_as<uint16_t>() + run.first_row * qkv_width;
+    a.q_stride = qkv_width;
+    a.k_cache = k_table.data();
+    a.v_cache = v_table.data();
+    a.page_table = i32(off_table + run.first_input * pages_per_seq);
+    a.pages_per_seq = pages_per_seq;
+    a.num_pages = opts.cache.num_pages;
+    a.page_size = opts.cache.page_size;
+    a.positions = i32(off_seq + run.first_input);
+    a.softmax_scale = scale;
+    a.splits = splits_for(run.count);
+    a.partial_o = partial_o.data_as<float>();
+    a.partial_lse = partial_lse.data_as<float>();
+    a.o = attn.data_as<uint16_t>() + run.first_row * qw;
+    detail::cuda_split_kv_attention(a, stream_);
+  }
+#endif
+  const auto project = [&](LinearKind kind, const TensorView& in, const Tensor& weight) {
+    if (comm == nullptr) return run_linear(kind, in, weight, Tensor{}, xs);
+    const TensorView part = rows(partial, t);
+    run_linear(kind, in, weight, Tensor{}, part);
+    comm->all_reduce(part.flat(0, part.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream_);
+  };
+  project(LinearKind::kO, attn_rows, w.wo);
+  rms_norm(xs, {res, res}, w.post_norm, eps, hs, stream_);
+  const TensorView gu = rows(gate_up, t), acts = rows(act, t);
+  run_linear(LinearKind::kGateUp, hs, w.wgu, Tensor{}, gu);
+  silu_and_mul(gu.slice(1, 0, f), gu.slice(1, f, f), acts, stream_);
+  project(LinearKind::kDown, acts, w.wdown);
+}
+
+void LlamaGpuModel::Impl::run_step(const Step& step) {
+  const int64_t t = step.tokens, r = step.logit_rows;
+  const TensorView xs = rows(x, t), res = rows(residual, t);
+  fill_bytes(res.data(), 0, size_t(res.numel()) * dtype_size(opts.dtype), stream_);
+  embedding(i32_view(0, t), embed, xs, stream_);
+  for (int64_t l = 0; l < shapes.num_layers; ++l) run_layer(l, step);
+  // The final norm and lm_head on the asked-for rows only.
+  const TensorView picked = i32_view(off_rows, r), hrs = rows(hr, r);
+  embedding(picked, xs, rows(xr, r), stream_);
+  embedding(picked, res, rows(rr, r), stream_);
+  const TensorView rrs = rows(rr, r);
+  rms_norm(rows(xr, r), {rrs, rrs}, final_norm, float(config.rms_norm_eps), hrs, stream_);
+  run_linear(LinearKind::kHead, hrs, lm_head, Tensor{}, rows(logits, r));
+  argmax(rows(logits, r), rows(next, r), stream_);
+}
+
+void LlamaGpuModel::Impl::execute(const Step& step, size_t inputs) {
+  upload_step(step, inputs);
+#ifdef TESSERA_WITH_CUDA
+  const bool graphable = opts.cuda_graphs && comm == nullptr && step.prefills.empty() &&
+                         step.decodes.size() == 1 && step.logit_rows == step.tokens;
+  if (graphable) {
+    const int64_t b = step.tokens;
+    auto it = graphs.find(b);
+    if (it == graphs.end() && eager_batches.count(b) != 0) {
+      // Every plan of this batch size exists (the eager step made them): capture.
+      it = graphs.emplace(b, std::make_unique<detail::CudaGraph>(stream_, [&] { run_step(step); }))
+               .first;
+    }
+    if (it != graphs.end()) return it->second->replay(stream_);
+    eager_batches.insert(b);
+  }
+#endif
+  run_step(step);
+}
+
+LlamaGpuModel::LlamaGpuModel(const DecoderConfig& config, const LlamaTensorSource& weights,
+                             const LlamaGpuOptions& options, Communicator* comm)
+    : impl_(std::make_unique<Impl>(config, weights, options, comm)) {}
+
+LlamaGpuModel::~LlamaGpuModel() = default;
+
+const LlamaShapes& LlamaGpuModel::shapes() const { return impl_->shapes; }
+const LlamaGpuOptions& LlamaGpuModel::options() const { return impl_->opts; }
+const Stream& LlamaGpuModel::stream() const { return impl_->stream_; }
+int64_t LlamaGpuModel::weight_bytes() const { return impl_->weight_bytes; }
+int64_t LlamaGpuModel::add_sequence() { return impl_->pages.add_sequence(); }
+void LlamaGpuModel::release_sequence(int64_t seq_id) { impl_->pages.release_sequence(seq_id); }
+int64_t LlamaGpuModel::length(int64_t seq_id) const { return impl_->pages.length(seq_id); }
+
+std::vector<float> LlamaGpuModel::forward(std::span<const SequenceTokens> inputs, LogitRows rows) {
+  const Step step = impl_->pack(inputs, rows);
+  impl_->execute(step, inputs.size());
+  std::vector<float> out(size_t(step.logit_rows * impl_->shapes.vocab));
+  copy_bytes(out.data(), impl_->logits.data(), out.size() * sizeof(float), impl_->stream_);
+  impl_->stream_.synchronize();
+  return out;
+}
+
+std::vector<int32_t> LlamaGpuModel::forward_greedy(std::span<const SequenceTokens> inputs) {
+  const Step step = impl_->pack(inputs, LogitRows::kLast);
+  impl_->execute(step, inputs.size());
+  std::vector<int32_t> out(inputs.size());
+  copy_bytes(out.data(), impl_->next.data(), out.size() * sizeof(int32_t), impl_->stream_);
+  impl_->stream_.synchronize();
+  return out;
+}
+
+std::vector<int32_t> LlamaGpuModel::generate_greedy(const std::vector<int32_t>& prompt,
+                                                    int64_t steps) {
+  TESSERA_CHECK_ARG(!prompt.empty(), "LlamaGpuModel::generate_greedy: prompt: expected >= 1 token");
+  TESSERA_CHECK_ARG(steps >= 0, "LlamaGpuModel::generate_greedy: steps = ", steps,
+                    ": expected >= 0");
+  const int64_t seq = add_sequence();
+  std::vector<int32_t> generated;
+  SequenceTokens input{seq, prompt};
+  try {
+    for (int64_t step = 0; step < steps; ++step) {
+      const int32_t token = forward_greedy(std::span(&input, 1))[0];
+      generated.push_back(token);
+      input.tokens = {token};
+    }
+  } catch (...) {
+    release_sequence(seq);
+    throw;
+  }
+  release_sequence(seq);
+  return generated;
+}
+
+}  // namespace tessera::model

@@ -1,0 +1,159 @@
+// LlamaGpuModel (bf16 on the GPU) against LlamaModel (the float32 cpu reference) on the same
+// random weights: prefill logits and teacher-forced decode steps within bf16 tolerance, a
+// batch mixing prefills and decodes, CUDA-graph replay bitwise equal to eager steps, the same
+// bits run to run, and the refusals.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "tessera/core/error.h"
+#include "tessera/model/llama_gpu_model.h"
+#include "tessera/model/llama_model.h"
+
+namespace tessera::model {
+namespace {
+
+constexpr uint64_t kSeed = 11;
+
+DecoderConfig small_config(bool qkv_bias = false) {
+  DecoderConfig c;
+  c.vocab_size = 512;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 500000.0;
+  c.rope_scaling.llama3 = true;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.original_max_position_embeddings = 64;
+  c.qkv_bias = qkv_bias;
+  return c;
+}
+
+LlamaGpuOptions small_options(bool graphs = true) {
+  LlamaGpuOptions o;
+  o.cache = {16, 64};
+  o.max_tokens = 256;
+  o.max_batch = 8;
+  o.max_context = 256;
+  o.max_logit_rows = 256;
+  o.cuda_graphs = graphs;
+  return o;
+}
+
+// bf16 weights and activations against float32: within a few percent of the largest logit.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float largest = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " element " << i;
+    largest = std::max(largest, std::fabs(want[i]));
+    worst = std::max(worst, std::fabs(got[i] - want[i]));
+  }
+  EXPECT_LE(worst, 0.03f * largest) << what << ": largest |logit| " << largest;
+}
+
+class LlamaGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+TEST_F(LlamaGpu, PrefillAndDecodeMatchTheFloat32Reference) {
+  for (const bool bias : {false, true}) {
+    const DecoderConfig config = small_config(bias);
+    LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
+    LlamaGpuModel gpu(config, random_llama_source(kSeed), small_options(), nullptr);
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 37; ++i) prompt.push_back((i * 53 + 7) % config.vocab_size);
+    SequenceTokens r{ref.add_sequence(), prompt}, g{gpu.add_sequence(), prompt};
+    expect_close(gpu.forward(std::span(&g, 1), LogitRows::kAll), ref.forward(std::span(&r, 1)),
+                 bias ? "prefill (qkv bias)" : "prefill");
+    // Teacher-forced decode: both models get the reference's greedy token, so a near-tie cannot
+    // send them down different paths.
+    for (int step = 0; step < 6; ++step) {
+      std::vector<float> want = ref.forward(std::span(&r, 1));
+      const int32_t next = int32_t(std::max_element(want.begin(), want.end()) - want.begin());
+      expect_close(gpu.forward(std::span(&g, 1)), want, "decode step");
+      r.tokens = g.tokens = {next};
+    }
+  }
+}
+
+TEST_F(LlamaGpu, MixedBatchMatchesTheSequencesRunAlone) {
+  const DecoderConfig config = small_config();
+  LlamaGpuModel mixed(config, random_llama_source(kSeed), small_options(), nullptr);
+  LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
+  // A sequence in decode next to two new prompts of different lengths, in one forward.
+  std::vector<int32_t> a_prompt(20), b_prompt(5), c_prompt(33);
+  for (size_t i = 0; i < a_prompt.size(); ++i) a_prompt[i] = int32_t(i * 7 % 512);
+  for (size_t i = 0; i < b_prompt.size(); ++i) b_prompt[i] = int32_t(i * 11 % 512);
+  for (size_t i = 0; i < c_prompt.size(); ++i) c_prompt[i] = int32_t(i * 13 % 512);
+  SequenceTokens ga{mixed.add_sequence(), a_prompt}, ra{ref.add_sequence(), a_prompt};
+  mixed.forward(std::span(&ga, 1));
+  ref.forward(std::span(&ra, 1));
+  ga.tokens = ra.tokens = {42};
+  std::vector<SequenceTokens> g = {{mixed.add_sequence(), b_prompt}, ga,
+                                   {mixed.add_sequence(), c_prompt}};
+  std::vector<SequenceTokens> r = {{ref.add_sequence(), b_prompt}, ra,
+                                   {ref.add_sequence(), c_prompt}};
+  expect_close(mixed.forward(g, LogitRows::kAll), ref.forward(r), "mixed batch");
+}
+
+TEST_F(LlamaGpu, GraphReplayIsBitwiseTheEagerStepAndRunsRepeat) {
+  const DecoderConfig config = small_config();
+  std::vector<std::vector<float>> runs;
+  for (const bool graphs : {false, true, true}) {
+    LlamaGpuModel m(config, random_llama_source(kSeed), small_options(graphs), nullptr);
+    std::vector<SequenceTokens> in;
+    for (int s = 0; s < 3; ++s) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < 9 + 4 * s; ++i) prompt.push_back((i * 31 + s) % config.vocab_size);
+      in.push_back({m.add_sequence(), prompt});
+    }
+    std::vector<float> all = m.forward(in);
+    for (int step = 0; step < 8; ++step) {  // steps 0 and 1 eager, then captured and replayed
+      for (auto& s : in) s.tokens = {int32_t((step * 17 + s.seq_id) % config.vocab_size)};
+      const std::vector<float> logits = m.forward(in);
+      all.insert(all.end(), logits.begin(), logits.end());
+    }
+    runs.push_back(std::move(all));
+  }
+  EXPECT_TRUE(runs[0] == runs[1]) << "graph replay differs from eager steps";
+  EXPECT_TRUE(runs[1] == runs[2]) << "two runs differ";
+}
+
+TEST_F(LlamaGpu, RefusesWhatItDoesNotRunNamingIt) {
+  const DecoderConfig config = small_config();
+  LlamaGpuModel m(config, random_llama_source(kSeed), small_options(), nullptr);
+  SequenceTokens s{m.add_sequence(), {1, 2, 3}};
+  m.forward(std::span(&s, 1));
+  s.tokens = {4, 5};
+  try {
+    m.forward(std::span(&s, 1));
+    ADD_FAILURE() << "chunked prefill ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("chunked prefill"), std::string::npos) << e.what();
+  }
+  SequenceTokens long_one{m.add_sequence(), std::vector<int32_t>(257, 1)};
+  try {
+    m.forward(std::span(&long_one, 1));
+    ADD_FAILURE() << "a prompt past max_context ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("max_context"), std::string::npos) << e.what();
+  }
+  SequenceTokens bad{m.add_sequence(), {512}};
+  EXPECT_THROW(m.forward(std::span(&bad, 1)), Error);
+}
+
+}  // namespace
+}  // namespace tessera::model
