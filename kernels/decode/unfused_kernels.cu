@@ -38,13 +38,18 @@ __device__ const T* cache_row(const UnfusedDecodeParams& p, const void* cache, i
                               int kv_head) {
   int64_t row;
   if (p.page_table != nullptr) {
-    const int32_t page = p.page_table[b * p.pages_per_seq + t / p.page_size];
+    // Positions fit in 32 bits; a power-of-two page size (the usual 16) needs no division.
+    const int pos = int(t), page_size = int(p.page_size);
+    const bool pow2 = (page_size & (page_size - 1)) == 0;
+    const int slot = pow2 ? pos >> (__ffs(page_size) - 1) : pos / page_size;
+    const int offset = pow2 ? pos & (page_size - 1) : pos % page_size;
+    const int32_t page = p.page_table[b * p.pages_per_seq + slot];
     if (page < 0 || page >= p.num_pages) {
-      printf("tessera decode: page_table[%d][%lld] = %d is outside [0, %lld)\n", b,
-             static_cast<long long>(t / p.page_size), page, static_cast<long long>(p.num_pages));
+      printf("tessera decode: page_table[%d][%d] = %d is outside [0, %lld)\n", b, slot, page,
+             static_cast<long long>(p.num_pages));
       __trap();
     }
-    row = int64_t{page} * p.page_size + t % p.page_size;
+    row = int64_t{page} * page_size + offset;
   } else {
     row = int64_t{b} * p.context_stride + t;
   }
@@ -126,28 +131,38 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
       for (int e = 0; e < 8; ++e) q[h][e] *= scale;
     }
   }
-  for (int64_t t0 = begin + warp * kTokensPerWarpStep; t0 < end; t0 += kWarps * kTokensPerWarpStep) {
-    const int64_t t = t0 + sub;
-    const bool valid = t < end;
-    float k[8] = {}, v[8] = {};
-    if (valid) {
-      load8(cache_row<T>(p, p.k_cache, b, t, kv_head) + part * 8, k);
-      load8(cache_row<T>(p, p.v_cache, b, t, kv_head) + part * 8, v);
+  // kSteps warp steps' keys and values are loaded before any is used (more loads in flight
+  // against the cache's latency); they are folded in the same order as one step at a time.
+  constexpr int kSteps = kGroupMax <= 4 ? 4 : 1, kStride = kWarps * kTokensPerWarpStep;  // registers
+  for (int64_t t0 = begin + warp * kTokensPerWarpStep; t0 < end; t0 += kStride * kSteps) {
+    float k[kSteps][8] = {}, v[kSteps][8] = {};
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      const int64_t t = t0 + i * kStride + sub;
+      if (t < end) {
+        load8(cache_row<T>(p, p.k_cache, b, t, kv_head) + part * 8, k[i]);
+        load8(cache_row<T>(p, p.v_cache, b, t, kv_head) + part * 8, v[i]);
+      }
     }
 #pragma unroll
-    for (int h = 0; h < kGroupMax; ++h) {
-      if (h >= group) break;
-      float s = 0;
+    for (int i = 0; i < kSteps; ++i) {
+      if (t0 + i * kStride >= end) break;  // the same for every lane of the warp
+      const bool valid = t0 + i * kStride + sub < end;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) s += q[h][e] * k[e];
+      for (int h = 0; h < kGroupMax; ++h) {
+        if (h >= group) break;
+        float s = 0;
 #pragma unroll
-      for (int off = kLanes / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (!valid) continue;
-      const float m_new = fmaxf(m[h], s), f = rescale(m[h], m_new), pr = exp2f(s - m_new);
-      l[h] = l[h] * f + pr;
+        for (int e = 0; e < 8; ++e) s += q[h][e] * k[i][e];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) o[h][e] = o[h][e] * f + pr * v[e];
-      m[h] = m_new;
+        for (int off = kLanes / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (!valid) continue;
+        const float m_new = fmaxf(m[h], s), f = rescale(m[h], m_new), pr = exp2f(s - m_new);
+        l[h] = l[h] * f + pr;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[h][e] = o[h][e] * f + pr * v[i][e];
+        m[h] = m_new;
+      }
     }
   }
   // Merge the token groups of a warp (same dims, other tokens), lowest first.

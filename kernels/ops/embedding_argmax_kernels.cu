@@ -3,7 +3,7 @@
 // embedding: one thread per output element (grid-stride over tokens * cols) copies the bits
 // of table[ids[n], c] (or, for scatter_rows, the other way); an id outside [0, vocab) traps
 // with a printf naming it.
-// argmax: one CTA per row (grid-stride); thread t scans v = t, t + 256, ... keeping the best
+// argmax: one CTA per row (grid-stride); thread t scans v = t, t + 1024, ... keeping the best
 // (value, index); a shared-memory tree then merges pairs with the same order, so the winner is
 // the lowest index of the largest value (NaN above every number), independent of the split.
 #include <cstdio>
@@ -44,15 +44,19 @@ __device__ inline bool better(float a, int64_t ia, float b, int64_t ib) {
   return ia < ib;
 }
 
+// 1024 threads a row: a vocabulary of 128k is 125 loads a thread, not 500 (decode's single
+// row is one CTA, and its scan is latency-bound).
+constexpr int kArgmaxThreads = 1024;
+
 template <typename T>
-__global__ void __launch_bounds__(kBlockThreads) argmax_kernel(ArgmaxParams p) {
-  __shared__ float best_value[kBlockThreads];
-  __shared__ int64_t best_index[kBlockThreads];
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(ArgmaxParams p) {
+  __shared__ float best_value[kArgmaxThreads];
+  __shared__ int64_t best_index[kArgmaxThreads];
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
     float value = -__builtin_huge_valf();
     int64_t index = INT64_MAX;  // loses every tie against a real index
-    for (int64_t v = threadIdx.x; v < p.vocab; v += kBlockThreads) {
+    for (int64_t v = threadIdx.x; v < p.vocab; v += kArgmaxThreads) {
       const float x = to_f32(logits[v]);
       if (better(x, v, value, index)) {
         value = x;
@@ -63,7 +67,7 @@ __global__ void __launch_bounds__(kBlockThreads) argmax_kernel(ArgmaxParams p) {
     best_value[threadIdx.x] = value;
     best_index[threadIdx.x] = index;
     __syncthreads();
-    for (int stride = kBlockThreads / 2; stride > 0; stride /= 2) {
+    for (int stride = kArgmaxThreads / 2; stride > 0; stride /= 2) {
       if (int(threadIdx.x) < stride) {
         const int other = int(threadIdx.x) + stride;
         if (better(best_value[other], best_index[other], best_value[threadIdx.x],
@@ -96,7 +100,7 @@ void launch_embedding(const EmbeddingParams& p, void* cuda_stream) {
 }
 
 void launch_argmax(const ArgmaxParams& p, void* cuda_stream) {
-  const dim3 grid(grid_blocks(p.rows, 1)), block(kBlockThreads);
+  const dim3 grid(grid_blocks(p.rows, 1)), block(kArgmaxThreads);
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   switch (p.element) {
     case Element::kF32:

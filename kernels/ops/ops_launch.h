@@ -86,7 +86,7 @@ struct EmbeddingParams {
 };
 void launch_embedding(const EmbeddingParams& p, void* cuda_stream);
 
-// One row per CTA (grid-stride), 256 threads: each scans a strided part of the vocabulary,
+// One row per CTA (grid-stride), 1024 threads: each scans a strided part of the vocabulary,
 // then a shared-memory tree picks the best (value, index) pair (NaN largest, lowest index among
 // equals), so the result does not depend on the thread count.
 struct ArgmaxParams {

@@ -1,5 +1,5 @@
-// The elementwise layer operations (ops.h), one thread per output element (grid-stride over
-// batch * rows * cols), float32 arithmetic, one rounding:
+// The elementwise layer operations (ops.h): a CTA per (row, 256 columns) (grid-stride), a
+// thread per element, float32 arithmetic, one rounding:
 //   silu_and_mul:   out = a / (1 + exp(-a)) * b
 //   gelu_tanh:      out = 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3)))
 //   adaln_modulate: out = a (1 + c) + b      (b, c broadcast over rows: stride_row 0)
@@ -16,28 +16,36 @@ __device__ inline float operand(const Operand& o, int64_t b, int64_t r, int64_t 
 }
 
 template <typename T, PointwiseOp kOp>
+__device__ inline void pointwise_element(const PointwiseParams& p, int64_t b, int64_t r,
+                                         int64_t c) {
+  const float a = operand<T>(p.a, b, r, c);
+  float y;
+  if constexpr (kOp == PointwiseOp::kSiluAndMul) {
+    y = a / (1.0f + expf(-a)) * operand<T>(p.b, b, r, c);
+  } else if constexpr (kOp == PointwiseOp::kGeluTanh) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    y = 0.5f * a * (1.0f + tanhf(kSqrt2OverPi * (a + 0.044715f * a * a * a)));
+  } else {
+    y = a * (1.0f + operand<T>(p.c, b, r, c)) + operand<T>(p.b, b, r, c);
+  }
+  static_cast<T*>(p.out)[b * p.out_stride_batch + r * p.out_stride_row + c] = from_f32<T>(y);
+}
+
+template <typename T, PointwiseOp kOp>
 __global__ void __launch_bounds__(kBlockThreads) pointwise_kernel(PointwiseParams p) {
-  const int64_t total = p.batch * p.rows * p.cols;
-  for (int64_t i = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * kBlockThreads) {
-    const int64_t c = i % p.cols, r = (i / p.cols) % p.rows, b = i / (p.cols * p.rows);
-    const float a = operand<T>(p.a, b, r, c);
-    float y;
-    if constexpr (kOp == PointwiseOp::kSiluAndMul) {
-      y = a / (1.0f + expf(-a)) * operand<T>(p.b, b, r, c);
-    } else if constexpr (kOp == PointwiseOp::kGeluTanh) {
-      constexpr float kSqrt2OverPi = 0.7978845608028654f;
-      y = 0.5f * a * (1.0f + tanhf(kSqrt2OverPi * (a + 0.044715f * a * a * a)));
-    } else {
-      y = a * (1.0f + operand<T>(p.c, b, r, c)) + operand<T>(p.b, b, r, c);
-    }
-    static_cast<T*>(p.out)[b * p.out_stride_batch + r * p.out_stride_row + c] = from_f32<T>(y);
+  // Work items are (row, tile of kBlockThreads columns): the index math is per CTA, not per
+  // element, and a single wide row (decode) still spreads over many CTAs.
+  const int64_t tiles = (p.cols + kBlockThreads - 1) / kBlockThreads;
+  for (int64_t item = blockIdx.x; item < p.batch * p.rows * tiles; item += gridDim.x) {
+    const int64_t row = item / tiles, c = (item % tiles) * kBlockThreads + threadIdx.x;
+    if (c < p.cols) pointwise_element<T, kOp>(p, row / p.rows, row % p.rows, c);
   }
 }
 
 template <typename T>
 void launch_typed(const PointwiseParams& p, cudaStream_t stream) {
-  const dim3 grid(grid_blocks(p.batch * p.rows * p.cols, kBlockThreads)), block(kBlockThreads);
+  const int64_t tiles = (p.cols + kBlockThreads - 1) / kBlockThreads;
+  const dim3 grid(grid_blocks(p.batch * p.rows * tiles, 1)), block(kBlockThreads);
   switch (p.op) {
     case PointwiseOp::kSiluAndMul:
       pointwise_kernel<T, PointwiseOp::kSiluAndMul><<<grid, block, 0, stream>>>(p);

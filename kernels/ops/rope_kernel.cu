@@ -2,8 +2,9 @@
 //   angle = float(pos[t]) * inv_freq[i]   (float32 product; sincosf, the accurate one, since
 //                                          angles reach 1e5 radians at long contexts)
 //   out[i] = x[i] cos - x[i + R/2] sin,   out[i + R/2] = x[i + R/2] cos + x[i] sin
-// and out[d] = x[d] for d in [R, D) (skipped in place). One CTA per row (grid-stride); each
-// thread reads its pair before writing it, so out may be x. A position outside [0, 2^31) traps.
+// and out[d] = x[d] for d in [R, D) (skipped in place). One CTA per token (grid-stride), its
+// threads over (head, pair); each thread reads its pair before writing it, so out may be x. A
+// position outside [0, 2^31) traps.
 #include <cstdio>
 
 #include "ops/element.cuh"
@@ -17,17 +18,18 @@ __global__ void __launch_bounds__(kBlockThreads) rope_kernel(RopeParams p) {
   const bool in_place = p.out == p.x && p.out_stride_token == p.x_stride_token &&
                         p.out_stride_head == p.x_stride_head;
   const int64_t pass_through = in_place ? 0 : p.dim - 2 * p.half;
-  for (int64_t row = blockIdx.x; row < p.tokens * p.heads; row += gridDim.x) {
-    const int64_t t = row / p.heads, h = row % p.heads;
+  const int64_t per_head = p.half + pass_through, work = p.heads * per_head;
+  for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
     const int64_t pos = load_index(p.positions, p.position_type, t * p.position_stride);
     if (pos < 0 || pos >= (int64_t{1} << 31)) {
       printf("tessera rope: block %d: positions[%lld] = %lld is outside [0, 2^31)\n",
              int(blockIdx.x), static_cast<long long>(t), static_cast<long long>(pos));
       __trap();
     }
-    const T* x = static_cast<const T*>(p.x) + t * p.x_stride_token + h * p.x_stride_head;
-    T* out = static_cast<T*>(p.out) + t * p.out_stride_token + h * p.out_stride_head;
-    for (int64_t j = threadIdx.x; j < p.half + pass_through; j += kBlockThreads) {
+    for (int64_t i = threadIdx.x; i < work; i += kBlockThreads) {
+      const int64_t h = i / per_head, j = i % per_head;
+      const T* x = static_cast<const T*>(p.x) + t * p.x_stride_token + h * p.x_stride_head;
+      T* out = static_cast<T*>(p.out) + t * p.out_stride_token + h * p.out_stride_head;
       if (j < p.half) {
         const float angle = float(pos) * p.inv_freq[j * p.inv_freq_stride];
         float s, c;
@@ -46,7 +48,7 @@ __global__ void __launch_bounds__(kBlockThreads) rope_kernel(RopeParams p) {
 }  // namespace
 
 void launch_rope(const RopeParams& p, void* cuda_stream) {
-  const dim3 grid(grid_blocks(p.tokens * p.heads, 1)), block(kBlockThreads);
+  const dim3 grid(grid_blocks(p.tokens, 1)), block(kBlockThreads);
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   switch (p.element) {
     case Element::kF32:

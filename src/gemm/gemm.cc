@@ -18,6 +18,8 @@ const char* gemm_impl_name(GemmImpl impl) {
       return "tessera";
     case GemmImpl::kCublasLt:
       return "cublaslt";
+    case GemmImpl::kSkinny:
+      return "skinny";
   }
   return "?";
 }
@@ -68,10 +70,7 @@ Gemm::Gemm(const GemmShape& shape, Device device, GemmImpl impl,
     return;
   }
 #ifdef TESSERA_WITH_CUDA
-  GemmImpl resolved = impl;
-  if (impl == GemmImpl::kAuto) {
-    resolved = detail::hopper_preferred(shape, device) ? GemmImpl::kHopper : GemmImpl::kCublasLt;
-  }
+  const GemmImpl resolved = impl == GemmImpl::kAuto ? detail::auto_impl(shape, device) : impl;
   impl_->cuda = detail::make_cuda_gemm(shape, device, resolved, hopper_config);
   impl_->chosen = resolved;
 #else

@@ -19,13 +19,14 @@ class CudaGemm {
   virtual void run(const void* a, const void* b, const void* bias, void* out,
                    const Stream& stream) const = 0;
 };
-// kHopper or kCublasLt (kAuto resolved by the caller's rule: hopper_preferred()); kHopper runs
+// kHopper, kSkinny or kCublasLt (kAuto resolved by the caller: auto_impl()); kHopper runs
 // `config`, or choose_gemm_config()'s pick without one.
 std::unique_ptr<CudaGemm> make_cuda_gemm(const GemmShape& shape, Device device, GemmImpl impl,
                                          const std::optional<GemmConfig>& config);
-// kAuto's rule: the building block where this build has it and the sweep did not find cuBLASLt
-// ahead (gemm_prefers_cublaslt).
-bool hopper_preferred(const GemmShape& shape, Device device);
+// kAuto's rule: the skinny kernel where it takes the shape and gemm_prefers_skinny; else the
+// building block where this build has it and the sweep did not find cuBLASLt ahead
+// (gemm_prefers_cublaslt); else cuBLASLt.
+GemmImpl auto_impl(const GemmShape& shape, Device device);
 #endif
 
 }  // namespace tessera::gemm::detail

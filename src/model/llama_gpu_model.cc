@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <future>
 #include <set>
+#include <thread>
 
 #include "model/llama_gpu_backend.h"
 #include "tessera/attn/attention.h"
@@ -37,10 +39,35 @@ struct Step {
   std::vector<DecodeRun> decodes;
 };
 
-[[maybe_unused]] std::vector<float> concat(std::initializer_list<const std::vector<float>*> parts) {
-  std::vector<float> out;
-  for (const std::vector<float>* p : parts) out.insert(out.end(), p->begin(), p->end());
+using Bits = std::vector<uint16_t>;  // bf16 or f16 values, as the device holds them
+
+// The concatenation of `parts` (fused QKV and gate/up weights), rounded to `dtype`.
+Bits to_bits(std::initializer_list<const std::vector<float>*> parts, DType dtype) {
+  Bits out;
+  for (const std::vector<float>* p : parts) {
+    for (float v : *p)
+      out.push_back(dtype == DType::kF16 ? float_to_fp16_bits(v) : float_to_bf16_bits(v));
+  }
   return out;
+}
+
+// One layer's weights laid out for the device, made on a worker thread.
+struct HostLayer {
+  Bits input_norm, wqkv, bqkv, wo, post_norm, wgu, wdown;
+};
+
+[[maybe_unused]] HostLayer host_layer(const DecoderConfig& c, const LlamaTensorSource& source,
+                                      const LlamaShapes& s, int64_t layer, DType dtype) {
+  const LlamaLayerWeights w = load_llama_layer(c, source, s.rank, s.ranks, layer);
+  HostLayer h;
+  h.input_norm = to_bits({&w.input_norm}, dtype);
+  h.wqkv = to_bits({&w.q, &w.k, &w.v}, dtype);
+  if (c.qkv_bias) h.bqkv = to_bits({&w.q_bias, &w.k_bias, &w.v_bias}, dtype);
+  h.wo = to_bits({&w.o}, dtype);
+  h.post_norm = to_bits({&w.post_norm}, dtype);
+  h.wgu = to_bits({&w.gate, &w.up}, dtype);
+  h.wdown = to_bits({&w.down}, dtype);
+  return h;
 }
 
 }  // namespace
@@ -49,8 +76,7 @@ struct LlamaGpuModel::Impl {
   Impl(const DecoderConfig& config, const LlamaTensorSource& source, const LlamaGpuOptions& o,
        Communicator* comm);
 
-  Tensor upload(const std::vector<float>& values, std::initializer_list<int64_t> shape,
-                bool count = true);
+  Tensor upload(const Bits& bits, std::initializer_list<int64_t> shape, bool count = true);
   const gemm::Gemm& linear(LinearKind kind, int64_t m);
   void run_linear(LinearKind kind, const TensorView& a, const Tensor& w, const Tensor& bias,
                   const TensorView& out);
@@ -136,21 +162,30 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
   qkv_width = qw + 2 * kvw;
 
   const LlamaWeights globals = load_llama_weights(c, source, shapes.rank, shapes.ranks, false);
-  embed = upload(globals.embed, {v, cw}, false);
-  final_norm = upload(globals.final_norm, {cw});
-  lm_head = c.tie_word_embeddings ? embed : upload(globals.lm_head, {v, cw}, false);
+  embed = upload(to_bits({&globals.embed}, o.dtype), {v, cw}, false);
+  final_norm = upload(to_bits({&globals.final_norm}, o.dtype), {cw});
+  lm_head = c.tie_word_embeddings ? embed
+                                  : upload(to_bits({&globals.lm_head}, o.dtype), {v, cw}, false);
   weight_bytes += v * cw * int64_t(dtype_size(o.dtype));  // lm_head, read every step
-  for (int64_t l = 0; l < shapes.num_layers; ++l) {
-    const LlamaLayerWeights w = load_llama_layer(c, source, shapes.rank, shapes.ranks, l);
-    LayerWeights g;
-    g.input_norm = upload(w.input_norm, {cw});
-    g.wqkv = upload(concat({&w.q, &w.k, &w.v}), {qkv_width, cw});
-    if (c.qkv_bias) g.bqkv = upload(concat({&w.q_bias, &w.k_bias, &w.v_bias}), {qkv_width});
-    g.wo = upload(w.o, {cw, qw});
-    g.post_norm = upload(w.post_norm, {cw});
-    g.wgu = upload(concat({&w.gate, &w.up}), {2 * f, cw});
-    g.wdown = upload(w.down, {cw, f});
-    layers.push_back(std::move(g));
+  // Layers drawn or read and rounded on worker threads, a group at a time, uploaded in order.
+  const int64_t workers = std::max(1u, std::thread::hardware_concurrency());
+  for (int64_t first = 0; first < shapes.num_layers; first += workers) {
+    std::vector<std::future<HostLayer>> group;
+    for (int64_t l = first; l < std::min(shapes.num_layers, first + workers); ++l)
+      group.push_back(std::async(std::launch::async, host_layer, std::cref(c), std::cref(source),
+                                 std::cref(shapes), l, o.dtype));
+    for (auto& future : group) {
+      const HostLayer h = future.get();
+      LayerWeights g;
+      g.input_norm = upload(h.input_norm, {cw});
+      g.wqkv = upload(h.wqkv, {qkv_width, cw});
+      if (c.qkv_bias) g.bqkv = upload(h.bqkv, {qkv_width});
+      g.wo = upload(h.wo, {cw, qw});
+      g.post_norm = upload(h.post_norm, {cw});
+      g.wgu = upload(h.wgu, {2 * f, cw});
+      g.wdown = upload(h.wdown, {cw, f});
+      layers.push_back(std::move(g));
+    }
   }
   const std::vector<float> freq = rope_inv_freq(d, c.rope_theta, c.rope_scaling);
   inv_freq = Tensor::empty({int64_t(freq.size())}, DType::kF32, device_);
@@ -187,16 +222,11 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
 #endif
 }
 
-Tensor LlamaGpuModel::Impl::upload(const std::vector<float>& values,
-                                   std::initializer_list<int64_t> shape, bool count) {
+Tensor LlamaGpuModel::Impl::upload(const Bits& bits, std::initializer_list<int64_t> shape,
+                                   bool count) {
   Tensor t = Tensor::empty(shape, opts.dtype, device_);
-  TESSERA_CHECK(int64_t(values.size()) == t.view().numel(), ErrorCode::kInternal,
-                "LlamaGpuModel: a weight has ", values.size(), " values for ",
-                t.view().to_string());
-  std::vector<uint16_t> bits(values.size());
-  for (size_t i = 0; i < values.size(); ++i)
-    bits[i] = opts.dtype == DType::kF16 ? float_to_fp16_bits(values[i])
-                                        : float_to_bf16_bits(values[i]);
+  TESSERA_CHECK(int64_t(bits.size()) == t.view().numel(), ErrorCode::kInternal,
+                "LlamaGpuModel: a weight has ", bits.size(), " values for ", t.view().to_string());
   copy_bytes(t.data(), bits.data(), bits.size() * sizeof(uint16_t), stream_);
   stream_.synchronize();  // `bits` goes away; construction only
   if (count) weight_bytes += int64_t(bits.size() * sizeof(uint16_t));
@@ -204,7 +234,8 @@ Tensor LlamaGpuModel::Impl::upload(const std::vector<float>& values,
 }
 
 int LlamaGpuModel::Impl::splits_for(int64_t batch) const {
-  // Enough (sequence, KV head, split) CTAs for two waves, splits of at least 64 positions.
+  // Enough (sequence, KV head, split) CTAs for two waves, splits of at least 64 positions (the
+  // unfused decode path's rule; more splits measured slower: the merge reads them serially).
   const int64_t ctas = batch * shapes.kv_heads;
   return int(std::clamp<int64_t>((2 * sm_count + ctas - 1) / ctas, 1,
                                  std::max<int64_t>(1, opts.max_context / 64)));
@@ -225,10 +256,7 @@ const gemm::Gemm& LlamaGpuModel::Impl::linear(LinearKind kind, int64_t m) {
       case LinearKind::kDown: s.n = c, s.k = f; break;
       case LinearKind::kHead: s.n = shapes.vocab, s.k = c, s.out_dtype = DType::kF32; break;
     }
-    // cuBLASLt takes f32 out from 16-bit in; Tessera's kernel writes its input type only.
-    slot = std::make_unique<gemm::Gemm>(s, device_, kind == LinearKind::kHead
-                                                        ? gemm::GemmImpl::kCublasLt
-                                                        : gemm::GemmImpl::kAuto);
+    slot = std::make_unique<gemm::Gemm>(s, device_, gemm::GemmImpl::kAuto);
   }
   return *slot;
 }
@@ -345,8 +373,8 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
   const TensorView q = heads(0, hq), k = heads(qw, hkv), v = heads(qw + kvw, hkv);
   rms_norm(xs, {res, res}, w.input_norm, eps, hs, stream_);
   run_linear(LinearKind::kQkv, hs, w.wqkv, w.bqkv, qkv_rows);
-  rope(q, positions, inv_freq, q, stream_);
-  rope(k, positions, inv_freq, k, stream_);
+  const TensorView qk = heads(0, hq + hkv);  // q's heads then k's: one rotation launch
+  rope(qk, positions, inv_freq, qk, stream_);
   const TensorView layer_cache = cache.view().slice(0, l, 1);
   const TensorView k_table(layer_cache.data(), opts.dtype, device_, {cache_rows, kvw});
   const TensorView v_table(static_cast<uint16_t*>(layer_cache.data()) + cache_rows * kvw,

@@ -15,7 +15,14 @@ std::vector<TpLayerShape> tp_layer_shapes(const std::string& model, const char* 
       {"gpt3-175b", "attn_out", TpOp::kGemmReduceScatter, 12288, 12288},
       {"gpt3-175b", "mlp_up", TpOp::kAllGatherGemm, 49152, 12288},
       {"gpt3-175b", "mlp_down", TpOp::kGemmReduceScatter, 12288, 49152}};
+  // Not in "all" (the Flux issue's shapes): a single-GPU model, for the decode GEMMs.
+  const std::vector<TpLayerShape> llama8b = {
+      {"llama3-8b", "qkv", TpOp::kAllGatherGemm, (32 + 2 * 8) * 128, 4096},
+      {"llama3-8b", "attn_out", TpOp::kGemmReduceScatter, 4096, 4096},
+      {"llama3-8b", "mlp_up", TpOp::kAllGatherGemm, 2 * 14336, 4096},
+      {"llama3-8b", "mlp_down", TpOp::kGemmReduceScatter, 4096, 14336}};
   if (model == "llama3-70b") return llama;
+  if (model == "llama3-8b") return llama8b;
   if (model == "gpt3-175b") return gpt3;
   if (model == "all") {
     std::vector<TpLayerShape> all = llama;
@@ -23,7 +30,7 @@ std::vector<TpLayerShape> tp_layer_shapes(const std::string& model, const char* 
     return all;
   }
   throw_error(ErrorCode::kInvalidArgument,
-              str(what, " = '", model, "': expected llama3-70b, gpt3-175b or all"));
+              str(what, " = '", model, "': expected llama3-70b, gpt3-175b, llama3-8b or all"));
 }
 
 }  // namespace tessera::tp

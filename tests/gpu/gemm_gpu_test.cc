@@ -24,14 +24,14 @@ struct DeviceBytes {
   ~DeviceBytes() { cudaFree(ptr); }
 };
 
-TEST(GemmGpu, BuildingBlockAndCublasLtMatchTheReference) {
+TEST(GemmGpu, BuildingBlockSkinnyAndCublasLtMatchTheReference) {
   if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
   const Device gpu = Device::cuda(0);
   const Stream stream = Stream::create_cuda(0);
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   struct Case { int64_t m, n, k; };
-  for (const Case c : {Case{1, 256, 512}, Case{127, 384, 1024}, Case{1000, 1032, 520}, Case{4096, 2048, 4096}}) {
+  for (const Case c : {Case{1, 256, 512}, Case{3, 1030, 4104}, Case{8, 96, 64}, Case{127, 384, 1024}, Case{1000, 1032, 520}, Case{4096, 2048, 4096}}) {
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       for (bool weight_nk : {true, false}) {
         const bool bias = c.m != 127;
@@ -42,7 +42,10 @@ TEST(GemmGpu, BuildingBlockAndCublasLtMatchTheReference) {
         for (size_t i = 0; i < bv.size(); ++i) store_from_float(bh.data(), dtype, int64_t(i), bv[i] = round_to_dtype(dtype, dist(rng)));
         for (size_t i = 0; i < biasv.size(); ++i) store_from_float(biash.data(), dtype, int64_t(i), biasv[i] = round_to_dtype(dtype, dist(rng)));
         DeviceBytes a(ah), b(bh), bias_d(biash), out(std::vector<std::byte>(size_t(c.m * c.n) * 2, std::byte{0xff}));
-        for (GemmImpl impl : {GemmImpl::kHopper, GemmImpl::kCublasLt}) {
+        for (GemmImpl impl : {GemmImpl::kHopper, GemmImpl::kCublasLt, GemmImpl::kSkinny}) {
+          if (impl == GemmImpl::kSkinny && (c.m > 8 || !weight_nk)) continue;
+          if (impl == GemmImpl::kHopper && c.n % 8 != 0) continue;  // TMA's alignment
+          ASSERT_EQ(cudaMemset(out.ptr, 0xff, size_t(c.m * c.n) * 2), cudaSuccess);  // poison
           SCOPED_TRACE(::testing::Message() << gemm_impl_name(impl) << " M" << c.m << " N" << c.n << " K" << c.k << " "
                                             << dtype_name(dtype) << (weight_nk ? " nk" : " kn") << (bias ? " bias" : ""));
           Gemm gemm(shape, gpu, impl);

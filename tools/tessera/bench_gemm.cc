@@ -60,7 +60,8 @@ int64_t count_wrong(const std::vector<std::byte>& got, const std::vector<float>&
 int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
   Options opt(
       "bench gemm",
-      {{"model", "all", "llama3-70b, gpt3-175b or all (their per-rank tensor-parallel GEMMs)"},
+      {{"model", "all",
+        "llama3-70b, gpt3-175b or all (their per-rank tensor-parallel GEMMs), or llama3-8b"},
        {"tp", "4,8", "comma list of tensor-parallel degrees"},
        {"m", "128,1024,4096,16384", "comma list of token counts M"},
        {"dtype", "bf16", "bf16 or f16"},
@@ -151,6 +152,10 @@ int run_bench_gemm(const std::vector<std::string>& args, int, char**) {
         {"cublaslt", std::make_unique<gemm::Gemm>(shape, gpu, gemm::GemmImpl::kCublasLt), {}});
     contenders.push_back(
         {"tessera", std::make_unique<gemm::Gemm>(shape, gpu, gemm::GemmImpl::kHopper), {}});
+    if (c.m <= 8 && weight == "nk") {
+      contenders.push_back(
+          {"skinny", std::make_unique<gemm::Gemm>(shape, gpu, gemm::GemmImpl::kSkinny), {}});
+    }
     for (const gemm::GemmConfig& config : configs) {
       contenders.push_back(
           {"tessera " + gemm::gemm_config_name(config),

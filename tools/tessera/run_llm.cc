@@ -258,11 +258,11 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   launch.nranks = tp;
   launch.context.create_heap = false;
   const bool on_cuda = launch.backend == "cuda" || (launch.backend == "auto" && cuda_available());
-  std::vector<BenchRecord> records;
   const std::string model_name = opt.text("config") + (layers > 0 ? str("-", layers, "l") : "");
   const int code = run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     const LlmRun run = on_cuda ? run_cuda_rank(a, ctx) : run_cpu_rank(a, ctx);
     if (ctx.rank != 0) return;
+    std::vector<BenchRecord> records;
     const int64_t steps = a.gen > 1 ? a.gen - 1 : 0;
     const double tokens_per_s = run.tpot_s > 0 ? double(batch) / run.tpot_s : 0;
     std::printf("# tessera run llm: %s, %lld layers, tp %d (%s), batch %lld, prompt %lld, gen %lld\n",
@@ -304,8 +304,9 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
       if (!prefill && on_cuda) rec.extra["roofline_fraction"] = run.roofline_fraction;
       records.push_back(rec);
     }
+    // Here, on rank 0: cuda ranks are worker processes, the launcher's parent has no records.
+    if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
   });
-  if (code == 0 && !opt.text("json").empty()) write_bench_json(opt.text("json"), records);
   return code;
 }
 

@@ -5,9 +5,14 @@
 // Implementations:
 //   kHopper    Tessera's sm90a kernel on CUTLASS 4.x collectives (TMA, WGMMA, warp-specialized
 //              persistent; kernels/gemm/gemm_sm90.cuh): bf16 or f16 in, the same type out
+//   kSkinny    Tessera's memory-bound kernel for a few rows (decode's projections; M <= 8,
+//              weight [N, K], bf16 or f16 in, out of the same type or f32;
+//              kernels/gemm/skinny_gemm_launch.h)
 //   kCublasLt  cuBLASLt (bf16/f16/f32 in, bf16/f16/f32 out): the baseline and the fallback
-//   kAuto      kHopper where it has an instantiation for the shape's types and the measured rule
-//              does not prefer cuBLASLt (gemm_prefers_cublaslt), else kCublasLt
+//   kAuto      kSkinny where it takes the shape and the measured rule prefers it
+//              (gemm_prefers_skinny); else kHopper where it has an instantiation for the shape's
+//              types and the rule does not prefer cuBLASLt (gemm_prefers_cublaslt); else
+//              kCublasLt
 // On the cpu backend every implementation is the float32 reference (k ascending).
 // run() neither allocates nor synchronizes, so it can be captured in a CUDA graph.
 #pragma once
@@ -23,8 +28,8 @@
 
 namespace tessera::gemm {
 
-enum class GemmImpl : uint8_t { kAuto, kHopper, kCublasLt };
-const char* gemm_impl_name(GemmImpl impl);  // "auto", "tessera", "cublaslt"
+enum class GemmImpl : uint8_t { kAuto, kHopper, kCublasLt, kSkinny };
+const char* gemm_impl_name(GemmImpl impl);  // "auto", "tessera", "cublaslt", "skinny"
 
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
@@ -49,6 +54,7 @@ class Gemm {
   const GemmShape& shape() const;
   GemmImpl impl() const;  // the one chosen (never kAuto)
   // kHopper on a GPU: the configuration it runs (gemm_config_name); "" otherwise.
+  // kSkinny: "skinny".
   std::string config_name() const;
   // a [M, K], b as weight_nk says, bias [N] (an empty view without bias), out [M, N]; each
   // contiguous, of its dtype, on the plan's device; refused naming the argument otherwise.

@@ -44,5 +44,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, int sms);
 // True where the sweep found cuBLASLt ahead of the rule's pick by more than 5%: Gemm's kAuto
 // runs cuBLASLt there (the building block's gap at one row tile and on narrow outputs).
 bool gemm_prefers_cublaslt(int64_t m, int64_t n, int64_t k);
+// True where `bench gemm` found the skinny kernel (kSkinny) ahead of cuBLASLt: a few rows.
+bool gemm_prefers_skinny(int64_t m, int64_t n, int64_t k);
 
 }  // namespace tessera::gemm

@@ -5,6 +5,7 @@
 #include "gemm/cuda/blaslt_gemm.h"
 #include "gemm/gemm_backend.h"
 #include "gemm/gemm_launch.h"
+#include "gemm/skinny_gemm_launch.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/runtime/cuda_check.h"
@@ -100,12 +101,46 @@ class CublasLtGemm final : public CudaGemm {
   Buffer workspace_;
 };
 
+class SkinnyGemm final : public CudaGemm {
+ public:
+  explicit SkinnyGemm(const GemmShape& shape) {
+    p_.m = shape.m;
+    p_.n = shape.n;
+    p_.k = shape.k;
+    element_type(shape.dtype, p_.in);
+    element_type(shape.out_dtype, p_.out);
+  }
+  GemmImpl impl() const override { return GemmImpl::kSkinny; }
+  std::string config_name() const override { return "skinny"; }
+  void run(const void* a, const void* b, const void* bias, void* out,
+           const Stream& stream) const override {
+    kernels::SkinnyGemmParams p = p_;
+    p.a = a;
+    p.b = b;
+    p.bias = bias;
+    p.d = out;
+    kernels::launch_skinny_gemm(p, stream.cuda_stream());
+  }
+
+ private:
+  kernels::SkinnyGemmParams p_;
+};
+
+bool skinny_takes(const GemmShape& shape) {
+  kernels::ElementType in{}, out{};
+  return shape.weight_nk && element_type(shape.dtype, in) && element_type(shape.out_dtype, out) &&
+         kernels::skinny_gemm_supported(in, out, shape.m, shape.k);
+}
+
 }  // namespace
 
-bool hopper_preferred(const GemmShape& shape, Device device) {
+GemmImpl auto_impl(const GemmShape& shape, Device device) {
+  if (skinny_takes(shape) && gemm_prefers_skinny(shape.m, shape.n, shape.k)) return GemmImpl::kSkinny;
+  if (gemm_prefers_cublaslt(shape.m, shape.n, shape.k)) return GemmImpl::kCublasLt;
   const int sms = multiprocessors(device);
-  if (gemm_prefers_cublaslt(shape.m, shape.n, shape.k)) return false;
-  return bool(hopper_kernel(shape, choose_gemm_config(shape.m, shape.n, shape.k, sms).tile));
+  return hopper_kernel(shape, choose_gemm_config(shape.m, shape.n, shape.k, sms).tile)
+             ? GemmImpl::kHopper
+             : GemmImpl::kCublasLt;
 }
 
 std::unique_ptr<CudaGemm> make_cuda_gemm(const GemmShape& shape, Device device, GemmImpl impl,
@@ -121,6 +156,14 @@ std::unique_ptr<CudaGemm> make_cuda_gemm(const GemmShape& shape, Device device, 
                   ": not built (bf16 or f16 in and out, N and K multiples of 8; "
                   "TESSERA_KERNEL_FILTER may leave instantiations out): expected kCublasLt");
     return std::make_unique<HopperGemm>(shape, device, chosen, launcher, sms);
+  }
+  if (impl == GemmImpl::kSkinny) {
+    TESSERA_CHECK(skinny_takes(shape), ErrorCode::kUnsupported, "the skinny GEMM for M ", shape.m,
+                  " K ", shape.k, " ", dtype_name(shape.dtype), " -> ", dtype_name(shape.out_dtype),
+                  shape.weight_nk ? "" : ", weight [K, N]",
+                  ": it takes M <= 8, weight [N, K], bf16 or f16 in, K a multiple of 8: expected "
+                  "kCublasLt");
+    return std::make_unique<SkinnyGemm>(shape);
   }
   return std::make_unique<CublasLtGemm>(shape, device);
 }
