@@ -11,6 +11,7 @@
 #include "tessera/attn/attention.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
+#include "tessera/decode/attention_block.h"
 #include "tessera/gemm/gemm.h"
 #include "tessera/model/ops.h"
 #include "tessera/model/page_allocator.h"
@@ -92,6 +93,15 @@ struct LlamaGpuModel::Impl {
   void upload_step(const Step& step, size_t inputs);
   void run_step(const Step& step);
   void run_layer(int64_t layer, const Step& step);
+  void attend(int64_t layer, const Step& step);
+  void project(LinearKind kind, const TensorView& in, const Tensor& weight, int64_t tokens);
+  // Layer `layer`'s keys and values: [num_pages * page_size, kv_width] rows.
+  TensorView k_table(int64_t layer) const;
+  TensorView v_table(int64_t layer) const;
+  // The fused decode attention block for a decode-only step of `batch` sequences (the
+  // ClusterFusion kernel: projections, RoPE, cache append, attention, output projection), or
+  // null where it does not take the model (then the layer's own operations run).
+  const decode::AttentionBlock* fused_block(int64_t batch);
   // Runs the step eagerly or from its CUDA graph (decode-only batches).
   void execute(const Step& step, size_t inputs);
 
@@ -123,6 +133,11 @@ struct LlamaGpuModel::Impl {
   std::map<int64_t, std::unique_ptr<detail::CudaGraph>> graphs;
 #endif
   std::set<int64_t> eager_batches;  // decode batch sizes run once eagerly (plans made)
+  struct FusedDecode {
+    std::unique_ptr<decode::AttentionBlock> block;  // null: the kernel does not take it
+    Tensor workspace;
+  };
+  std::map<int64_t, FusedDecode> fused;  // by batch size
   int sm_count = 1;
 };
 
@@ -357,13 +372,86 @@ void LlamaGpuModel::Impl::upload_step(const Step& step, size_t inputs) {
   copy(off_table, int64_t(inputs) * pages_per_seq);
 }
 
+const decode::AttentionBlock* LlamaGpuModel::Impl::fused_block(int64_t batch) {
+  if (!opts.fused_decode || config.qkv_bias) return nullptr;
+  auto it = fused.find(batch);
+  if (it == fused.end()) {
+    decode::AttentionBlockOptions o;
+    o.model.name = "llama";
+    o.model.hidden = shapes.hidden;
+    o.model.num_heads = shapes.q_heads;
+    o.model.num_kv_heads = shapes.kv_heads;
+    o.model.head_dim = shapes.head_dim;
+    o.model.rope_theta = float(config.rope_theta);
+    if (config.rope_scaling.llama3) {
+      o.model.rope_scaling = {float(config.rope_scaling.factor),
+                              float(config.rope_scaling.low_freq_factor),
+                              float(config.rope_scaling.high_freq_factor),
+                              config.rope_scaling.original_max_position_embeddings};
+    }
+    o.model.rms_norm_eps = float(config.rms_norm_eps);
+    o.max_batch = batch;
+    o.max_context = opts.max_context;
+    o.dtype = opts.dtype;
+    o.paged = true;
+    o.page_size = opts.cache.page_size;
+    o.device = device_;
+    o.impl = decode::DecodeImpl::kFused;
+    FusedDecode f;
+    try {
+      f.block = std::make_unique<decode::AttentionBlock>(o);
+      f.workspace = Tensor::empty({int64_t(f.block->workspace_bytes()) + 1}, DType::kU8, device_);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnsupported) throw;
+      f.block.reset();  // e.g. head_dim 64: the layer's own operations
+    }
+    it = fused.emplace(batch, std::move(f)).first;
+  }
+  return it->second.block.get();
+}
+
 void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
   const LayerWeights& w = layers[size_t(l)];
-  const int64_t t = step.tokens, d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
+  const int64_t t = step.tokens, d = shapes.head_dim, hkv = shapes.kv_heads;
   const int64_t qw = shapes.q_width(), kvw = shapes.kv_width(), f = shapes.intermediate;
-  const float eps = float(config.rms_norm_eps), scale = attn::default_softmax_scale(d);
+  const float eps = float(config.rms_norm_eps);
   const TensorView xs = rows(x, t), res = rows(residual, t), hs = rows(h, t);
-  const TensorView qkv_rows = rows(qkv, t), attn_rows = rows(attn, t);
+  rms_norm(xs, {res, res}, w.input_norm, eps, hs, stream_);
+  const decode::AttentionBlock* block =
+      step.prefills.empty() ? fused_block(step.tokens) : nullptr;
+  if (block != nullptr) {
+    // One kernel from h to the output projection; positions are the tokens cached before.
+    const int64_t ps = opts.cache.page_size, pages_total = opts.cache.num_pages;
+    auto pages = [&](const TensorView& table) {
+      return TensorView(table.data(), opts.dtype, device_, {pages_total, ps, hkv, d});
+    };
+    const TensorView wqkv = w.wqkv.view();
+    const decode::AttentionWeights weights{wqkv.slice(0, 0, qw), wqkv.slice(0, qw, kvw),
+                                           wqkv.slice(0, qw + kvw, kvw), w.wo, TensorView{}};
+    const TensorView out = comm == nullptr ? xs : rows(partial, t);
+    const TensorView table(const_cast<int32_t*>(i32(off_table)), DType::kI32, device_,
+                           {t, pages_per_seq});
+    block->run({hs, i32_view(off_seq, t), out}, weights,
+               {pages(k_table(l)), pages(v_table(l)), table}, fused.at(t).workspace, stream_);
+    if (comm != nullptr)
+      comm->all_reduce(out.flat(0, out.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream_);
+  } else {
+    attend(l, step);
+  }
+  rms_norm(xs, {res, res}, w.post_norm, eps, hs, stream_);
+  const TensorView gu = rows(gate_up, t), acts = rows(act, t);
+  run_linear(LinearKind::kGateUp, hs, w.wgu, Tensor{}, gu);
+  silu_and_mul(gu.slice(1, 0, f), gu.slice(1, f, f), acts, stream_);
+  project(LinearKind::kDown, acts, w.wdown, t);
+}
+
+// The layer's attention from h: QKV, RoPE, cache append, attention, output projection into x.
+void LlamaGpuModel::Impl::attend(int64_t l, const Step& step) {
+  const LayerWeights& w = layers[size_t(l)];
+  const int64_t t = step.tokens, d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
+  const int64_t qw = shapes.q_width(), kvw = shapes.kv_width();
+  const float scale = attn::default_softmax_scale(d);
+  const TensorView hs = rows(h, t), qkv_rows = rows(qkv, t), attn_rows = rows(attn, t);
   const TensorView positions = i32_view(off_pos, t);
   // q, k, v: column blocks of the qkv rows, [T, heads, D].
   auto heads = [&](int64_t column, int64_t count) {
@@ -371,19 +459,14 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
                       {qkv_width, d, 1});
   };
   const TensorView q = heads(0, hq), k = heads(qw, hkv), v = heads(qw + kvw, hkv);
-  rms_norm(xs, {res, res}, w.input_norm, eps, hs, stream_);
   run_linear(LinearKind::kQkv, hs, w.wqkv, w.bqkv, qkv_rows);
   const TensorView qk = heads(0, hq + hkv);  // q's heads then k's: one rotation launch
   rope(qk, positions, inv_freq, qk, stream_);
-  const TensorView layer_cache = cache.view().slice(0, l, 1);
-  const TensorView k_table(layer_cache.data(), opts.dtype, device_, {cache_rows, kvw});
-  const TensorView v_table(static_cast<uint16_t*>(layer_cache.data()) + cache_rows * kvw,
-                           opts.dtype, device_, {cache_rows, kvw});
   const TensorView slots = i32_view(off_slot, t);
   scatter_rows(TensorView(k.data(), opts.dtype, device_, {t, kvw}, {qkv_width, 1}), slots,
-               k_table, stream_);
+               k_table(l), stream_);
   scatter_rows(TensorView(v.data(), opts.dtype, device_, {t, kvw}, {qkv_width, 1}), slots,
-               v_table, stream_);
+               v_table(l), stream_);
   for (const Prefill& p : step.prefills) {
     auto seq = [&](const TensorView& part, int64_t count) {
       return TensorView(static_cast<uint16_t*>(part.data()) + p.first_row * qkv_width,
@@ -405,8 +488,8 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
     a.head_dim = int(d);
     a.q = qkv.data_as<uint16_t>() + run.first_row * qkv_width;
     a.q_stride = qkv_width;
-    a.k_cache = k_table.data();
-    a.v_cache = v_table.data();
+    a.k_cache = k_table(l).data();
+    a.v_cache = v_table(l).data();
     a.page_table = i32(off_table + run.first_input * pages_per_seq);
     a.pages_per_seq = pages_per_seq;
     a.num_pages = opts.cache.num_pages;
@@ -420,18 +503,27 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
     detail::cuda_split_kv_attention(a, stream_);
   }
 #endif
-  const auto project = [&](LinearKind kind, const TensorView& in, const Tensor& weight) {
-    if (comm == nullptr) return run_linear(kind, in, weight, Tensor{}, xs);
-    const TensorView part = rows(partial, t);
-    run_linear(kind, in, weight, Tensor{}, part);
-    comm->all_reduce(part.flat(0, part.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream_);
-  };
-  project(LinearKind::kO, attn_rows, w.wo);
-  rms_norm(xs, {res, res}, w.post_norm, eps, hs, stream_);
-  const TensorView gu = rows(gate_up, t), acts = rows(act, t);
-  run_linear(LinearKind::kGateUp, hs, w.wgu, Tensor{}, gu);
-  silu_and_mul(gu.slice(1, 0, f), gu.slice(1, f, f), acts, stream_);
-  project(LinearKind::kDown, acts, w.wdown);
+  project(LinearKind::kO, attn_rows, w.wo, t);
+}
+
+// x = in W^T, all-reduced over the ranks (row-parallel: each rank holds a partial sum).
+void LlamaGpuModel::Impl::project(LinearKind kind, const TensorView& in, const Tensor& weight,
+                                  int64_t t) {
+  const TensorView xs = rows(x, t);
+  if (comm == nullptr) return run_linear(kind, in, weight, Tensor{}, xs);
+  const TensorView part = rows(partial, t);
+  run_linear(kind, in, weight, Tensor{}, part);
+  comm->all_reduce(part.flat(0, part.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream_);
+}
+
+TensorView LlamaGpuModel::Impl::k_table(int64_t layer) const {
+  return TensorView(cache.view().slice(0, layer, 1).data(), opts.dtype, device_,
+                    {cache_rows, shapes.kv_width()});
+}
+
+TensorView LlamaGpuModel::Impl::v_table(int64_t layer) const {
+  return TensorView(static_cast<uint16_t*>(k_table(layer).data()) + cache_rows * shapes.kv_width(),
+                    opts.dtype, device_, {cache_rows, shapes.kv_width()});
 }
 
 void LlamaGpuModel::Impl::run_step(const Step& step) {

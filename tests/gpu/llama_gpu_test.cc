@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <vector>
 
@@ -17,15 +18,17 @@ namespace {
 
 constexpr uint64_t kSeed = 11;
 
-DecoderConfig small_config(bool qkv_bias = false) {
+// head_dim 64: decode through the split-KV kernel; 128: decode-only steps through the fused
+// attention-block kernel.
+DecoderConfig small_config(bool qkv_bias = false, int64_t head_dim = 64) {
   DecoderConfig c;
   c.vocab_size = 512;
   c.hidden_size = 256;
   c.intermediate_size = 512;
   c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
+  c.num_attention_heads = 256 / head_dim;
+  c.num_key_value_heads = c.num_attention_heads / 2;
+  c.head_dim = head_dim;
   c.max_position_embeddings = 4096;
   c.rms_norm_eps = 1e-5;
   c.rope_theta = 500000.0;
@@ -38,6 +41,7 @@ DecoderConfig small_config(bool qkv_bias = false) {
 
 LlamaGpuOptions small_options(bool graphs = true) {
   LlamaGpuOptions o;
+  o.fused_decode = true;  // taken where the model allows it (head_dim 128)
   o.cache = {16, 64};
   o.max_tokens = 256;
   o.max_batch = 8;
@@ -67,8 +71,9 @@ class LlamaGpu : public ::testing::Test {
 };
 
 TEST_F(LlamaGpu, PrefillAndDecodeMatchTheFloat32Reference) {
-  for (const bool bias : {false, true}) {
-    const DecoderConfig config = small_config(bias);
+  for (const auto& [bias, head_dim] : {std::pair{false, 64}, {true, 64}, {false, 128}}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim << (bias ? " qkv bias" : ""));
+    const DecoderConfig config = small_config(bias, head_dim);
     LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
     LlamaGpuModel gpu(config, random_llama_source(kSeed), small_options(), nullptr);
     std::vector<int32_t> prompt;
@@ -88,7 +93,7 @@ TEST_F(LlamaGpu, PrefillAndDecodeMatchTheFloat32Reference) {
   }
 }
 
-TEST_F(LlamaGpu, MixedBatchMatchesTheSequencesRunAlone) {
+TEST_F(LlamaGpu, MixedBatchMatchesTheReference) {
   const DecoderConfig config = small_config();
   LlamaGpuModel mixed(config, random_llama_source(kSeed), small_options(), nullptr);
   LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
@@ -109,7 +114,9 @@ TEST_F(LlamaGpu, MixedBatchMatchesTheSequencesRunAlone) {
 }
 
 TEST_F(LlamaGpu, GraphReplayIsBitwiseTheEagerStepAndRunsRepeat) {
-  const DecoderConfig config = small_config();
+  for (const int64_t head_dim : {64, 128}) {
+  SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim);
+  const DecoderConfig config = small_config(false, head_dim);
   std::vector<std::vector<float>> runs;
   for (const bool graphs : {false, true, true}) {
     LlamaGpuModel m(config, random_llama_source(kSeed), small_options(graphs), nullptr);
@@ -129,6 +136,7 @@ TEST_F(LlamaGpu, GraphReplayIsBitwiseTheEagerStepAndRunsRepeat) {
   }
   EXPECT_TRUE(runs[0] == runs[1]) << "graph replay differs from eager steps";
   EXPECT_TRUE(runs[1] == runs[2]) << "two runs differ";
+  }
 }
 
 TEST_F(LlamaGpu, RefusesWhatItDoesNotRunNamingIt) {

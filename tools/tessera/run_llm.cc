@@ -90,7 +90,7 @@ struct LlmArgs {
   int64_t gen = 0, page = 16;
   uint64_t seed = 1;
   std::string weights_path;
-  bool logits = false, graphs = true;
+  bool logits = false, graphs = true, fused_decode = false;
 };
 
 model::LlamaTensorSource weight_source(const LlmArgs& a, std::unique_ptr<model::WeightStore>& store) {
@@ -175,6 +175,7 @@ LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
   o.max_context = prompt + a.gen;
   o.max_logit_rows = a.logits ? batch * prompt : batch;
   o.cuda_graphs = a.graphs;
+  o.fused_decode = a.fused_decode;
   model::LlamaGpuModel m(a.config, source, o, ctx.size > 1 ? ctx.world.get() : nullptr);
   run.gpu = gpu_name(ctx);
   const int64_t vocab = a.config.vocab_size;
@@ -221,6 +222,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
                {"seed", "1", "seed of the random weights and prompt tokens"},
                {"prompt-tokens", "", "comma list of prompt token ids (batch 1; default: random)"},
                {"graphs", "1", "cuda: replay decode steps from CUDA graphs (0: eager)"},
+               {"fused-decode", "0", "cuda: decode steps through the fused attention-block kernel"},
                {"logits-out", "", "write sequence 0's prefill logits [prompt, vocab] and its "
                                   "generated tokens to this safetensors file"},
                {"json", "", "write the records to this JSON file"}});
@@ -245,6 +247,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   a.seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   a.weights_path = opt.text("weights");
   a.graphs = opt.integer("graphs", 0, 1) == 1;
+  a.fused_decode = opt.integer("fused-decode", 0, 1) == 1;
   a.logits = !opt.text("logits-out").empty();
   a.prompts.assign(size_t(batch), {});
   std::mt19937_64 rng(a.seed);
@@ -294,7 +297,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
       BenchRecord rec;
       rec.bench = "llm";
       rec.case_name = str(model_name, " b", batch, " ctx", prompt, prefill ? " prefill" : " decode");
-      rec.impl = "tessera";
+      rec.impl = !prefill && a.fused_decode ? "tessera fused decode" : "tessera";
       rec.gpu = run.gpu;
       rec.num_gpus = on_cuda ? tp : 0;
       rec.topology = str("tp", tp, on_cuda ? "" : " cpu");

@@ -13,6 +13,10 @@
 //          decode:  split-KV attention over the paged cache (FlashDecoding-style, the
 //                   unfused decode path's kernel), one launch for a run of decode sequences
 //   x = attn Wo^T (all-reduced over the ranks)
+// With LlamaGpuOptions::fused_decode, a batch of decodes only runs QKV through the output
+// projection as one kernel instead, the fused attention block of decode/attention_block.h
+// (ClusterFusion's dataflow), where it takes the model (head_dim 128, 1/2/4/8 query heads per
+// KV head, no q/k/v bias).
 //   h = rms_norm(x + residual); x = (silu(h Wg^T) * h Wu^T) Wd^T (all-reduced), gate and up one
 //   GEMM
 // then the final norm and lm_head on the rows whose logits are asked for only.
@@ -48,6 +52,10 @@ struct LlamaGpuOptions {
   int64_t max_context = 4096;   // the longest a sequence grows (decode's split-KV plan)
   int64_t max_logit_rows = 64;  // rows one forward() returns logits for
   bool cuda_graphs = true;      // replay decode-only batches from CUDA graphs (one rank only)
+  // Decode-only batches through the fused attention-block kernel (decode/attention_block.h)
+  // where it takes the model. Off by default: on an H100 it measured slower than the layer's own
+  // operations for Llama-3-8B at context 4096 (docs/PERF.md).
+  bool fused_decode = false;
 };
 
 enum class LogitRows {
