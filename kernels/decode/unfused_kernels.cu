@@ -2,14 +2,15 @@
 //
 // split_kv_attention: grid (splits, Hkv, B), 4 warps. CTA (s, g, b) takes the tokens
 // [s * chunk, (s + 1) * chunk) of [0, p_b] (the new token is already in the cache) for the G
-// query heads of KV head g. A half-warp takes one token at a time, each lane 8 dims (D = 128;
-// D = 64: 8 lanes, D = 256: 32 lanes), with an online softmax in the log2 domain; the warps
-// merge in order, then the split's (o, lse) go to the workspace. merge_splits adds the splits
+// query heads of KV head g. A warp takes 32 tokens at a time: a lane per token for the scores,
+// an online softmax over the tile in the log2 domain, then a lane per D/32 dimensions for the
+// values; the warps merge in order, then the split's (o, lse) go to the workspace. merge_splits adds the splits
 // of each (b, h) in split order (deterministic).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cluster/cluster_collectives.cuh"
 #include "decode/unfused_launch.h"
@@ -31,6 +32,18 @@ __device__ inline void load8(const T* src, float (&f)[8]) {
   const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
   for (int i = 0; i < 8; ++i) f[i] = cl::to_f32(e[i]);
+}
+
+// N consecutive elements (N * sizeof(T) of 4, 8 or 16 bytes, aligned to it) as floats.
+template <typename T, int N>
+__device__ inline void load_n(const T* src, float (&f)[N]) {
+  static_assert(N * sizeof(T) == 4 || N * sizeof(T) == 8 || N * sizeof(T) == 16);
+  using Raw = std::conditional_t<N * sizeof(T) == 16, uint4,
+                                 std::conditional_t<N * sizeof(T) == 8, uint2, uint32_t>>;
+  const Raw raw = *reinterpret_cast<const Raw*>(src);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < N; ++i) f[i] = cl::to_f32(e[i]);
 }
 
 template <typename T>
@@ -103,111 +116,128 @@ __global__ void __launch_bounds__(128) rope_append_kernel(UnfusedDecodeParams p)
   }
 }
 
-// kLanes lanes per token (kLanes * 8 = D); kGroupMax query heads at most per KV head.
-template <typename T, int kLanes, int kGroupMax>
+// Tiles of 32 tokens a warp, a lane per token for the scores (its key row against the group's
+// queries in shared memory: no shuffle per token), then a lane per D/32 dimensions for the
+// values (each value row read once by the whole warp, coalesced). kGroupMax query heads at most
+// per KV head.
+template <typename T, int D, int kGroupMax>
 __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
-  constexpr int kWarps = 4, kTokensPerWarpStep = 32 / kLanes;
-  constexpr int D = kLanes * 8;
-  __shared__ float warp_o[kWarps][kGroupMax][D];
+  constexpr int kWarps = 4, kDims = D / 32;  // value dimensions per lane
+  __shared__ float q_s[kGroupMax][D];
+  __shared__ float acc[kGroupMax][D];  // the warps' outputs, added in warp order
   __shared__ float warp_ml[kWarps][kGroupMax][2];
   const int split = blockIdx.x, kv_head = blockIdx.y, b = blockIdx.z;
   const int group = p.num_heads / p.num_kv_heads;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, sub = lane / kLanes, part = lane % kLanes;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t context = int64_t(p.positions[b]) + 1;
   const int64_t chunk = (context + p.splits - 1) / p.splits;
   const int64_t begin = split * chunk, end = min(context, begin + chunk);
   const float scale = p.softmax_scale * 1.4426950408889634f;
-  float q[kGroupMax][8], o[kGroupMax][8], m[kGroupMax], l[kGroupMax];
+  const int64_t q_stride = p.q_stride > 0 ? p.q_stride : int64_t(p.num_heads) * D;
+  const T* q = static_cast<const T*>(p.q) + b * q_stride + int64_t(kv_head) * group * D;
+  for (int i = threadIdx.x; i < kGroupMax * D; i += blockDim.x)
+    q_s[i / D][i % D] = i / D < group ? cl::to_f32(q[i]) * scale : 0.f;
+  __syncthreads();
+  float m[kGroupMax], l[kGroupMax], o[kGroupMax][kDims];
 #pragma unroll
   for (int h = 0; h < kGroupMax; ++h) {
     m[h] = kNegInf;
     l[h] = 0.f;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o[h][e] = q[h][e] = 0.f;
-    if (h < group) {
-      const int64_t q_stride = p.q_stride > 0 ? p.q_stride : int64_t(p.num_heads) * D;
-      load8(static_cast<const T*>(p.q) + b * q_stride + (kv_head * group + h) * D + part * 8, q[h]);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) q[h][e] *= scale;
-    }
+    for (int e = 0; e < kDims; ++e) o[h][e] = 0.f;
   }
-  // kSteps warp steps' keys and values are loaded before any is used (more loads in flight
-  // against the cache's latency); they are folded in the same order as one step at a time.
-  constexpr int kSteps = kGroupMax <= 4 ? 4 : 1, kStride = kWarps * kTokensPerWarpStep;  // registers
-  for (int64_t t0 = begin + warp * kTokensPerWarpStep; t0 < end; t0 += kStride * kSteps) {
-    float k[kSteps][8] = {}, v[kSteps][8] = {};
+  for (int64_t tile = begin + warp * 32; tile < end; tile += kWarps * 32) {
+    const int64_t t = tile + lane;
+    const bool valid = t < end;
+    // This lane's token (a valid one stands in past the end; its weight is 0).
+    const T* k_row = cache_row<T>(p, p.k_cache, b, valid ? t : tile, kv_head);
+    const int64_t v_offset = k_row - static_cast<const T*>(p.k_cache);
+    float s[kGroupMax];
 #pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-      const int64_t t = t0 + i * kStride + sub;
-      if (t < end) {
-        load8(cache_row<T>(p, p.k_cache, b, t, kv_head) + part * 8, k[i]);
-        load8(cache_row<T>(p, p.v_cache, b, t, kv_head) + part * 8, v[i]);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kSteps; ++i) {
-      if (t0 + i * kStride >= end) break;  // the same for every lane of the warp
-      const bool valid = t0 + i * kStride + sub < end;
+    for (int h = 0; h < kGroupMax; ++h) s[h] = 0.f;
+#pragma unroll 4
+    for (int c = 0; c < D / 8; ++c) {
+      float k[8];
+      load8(k_row + c * 8, k);
 #pragma unroll
       for (int h = 0; h < kGroupMax; ++h) {
         if (h >= group) break;
-        float s = 0;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s += q[h][e] * k[i][e];
+        for (int e = 0; e < 8; ++e) s[h] = fmaf(q_s[h][c * 8 + e], k[e], s[h]);
+      }
+    }
+    // Online softmax over the tile, per head: the warp's max and sum by shuffles.
+    float pr[kGroupMax];
 #pragma unroll
-        for (int off = kLanes / 2; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-        if (!valid) continue;
-        const float m_new = fmaxf(m[h], s), f = rescale(m[h], m_new), pr = exp2f(s - m_new);
-        l[h] = l[h] * f + pr;
+    for (int h = 0; h < kGroupMax; ++h) {
+      if (h >= group) break;
+      float tile_max = valid ? s[h] : kNegInf;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) o[h][e] = o[h][e] * f + pr * v[i][e];
-        m[h] = m_new;
+      for (int off = 16; off > 0; off /= 2)
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
+      const float m_new = fmaxf(m[h], tile_max), f = rescale(m[h], m_new);
+      pr[h] = valid ? exp2f(s[h] - m_new) : 0.f;
+      float sum = pr[h];
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      l[h] = l[h] * f + sum;
+      m[h] = m_new;
+#pragma unroll
+      for (int e = 0; e < kDims; ++e) o[h][e] *= f;
+    }
+    // Values: token j's row, this lane's kDims dimensions; j's weights from lane j.
+    const int tokens = int(end - tile < 32 ? end - tile : 32);
+#pragma unroll 8
+    for (int j = 0; j < tokens; ++j) {
+      const int64_t row = __shfl_sync(0xffffffffu, v_offset, j);
+      float v[kDims];
+      load_n(static_cast<const T*>(p.v_cache) + row + lane * kDims, v);
+#pragma unroll
+      for (int h = 0; h < kGroupMax; ++h) {
+        if (h >= group) break;
+        const float w = __shfl_sync(0xffffffffu, pr[h], j);
+#pragma unroll
+        for (int e = 0; e < kDims; ++e) o[h][e] = fmaf(w, v[e], o[h][e]);
       }
     }
   }
-  // Merge the token groups of a warp (same dims, other tokens), lowest first.
+  if (lane == 0) {
 #pragma unroll
-  for (int h = 0; h < kGroupMax; ++h) {
-    if (h >= group) break;
-    for (int off = kLanes; off < 32; off *= 2) {
-      const float m_o = __shfl_xor_sync(0xffffffffu, m[h], off), l_o = __shfl_xor_sync(0xffffffffu, l[h], off);
-      const float m_new = fmaxf(m[h], m_o);
-      const bool low = (lane & off) == 0;
-      const float f_lo = low ? rescale(m[h], m_new) : rescale(m_o, m_new);
-      const float f_hi = low ? rescale(m_o, m_new) : rescale(m[h], m_new);
-      const float l_lo = low ? l[h] : l_o, l_hi = low ? l_o : l[h];
-      l[h] = l_lo * f_lo + l_hi * f_hi;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float o_o = __shfl_xor_sync(0xffffffffu, o[h][e], off);
-        const float o_lo = low ? o[h][e] : o_o, o_hi = low ? o_o : o[h][e];
-        o[h][e] = o_lo * f_lo + o_hi * f_hi;
-      }
-      m[h] = m_new;
-    }
-    if (lane < kLanes) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) warp_o[warp][h][part * 8 + e] = o[h][e];
-    }
-    if (lane == 0) {
+    for (int h = 0; h < kGroupMax; ++h) {
       warp_ml[warp][h][0] = m[h];
       warp_ml[warp][h][1] = l[h];
     }
   }
   __syncthreads();
+  // The warps in order (deterministic): the common max, each warp's rescaled output added.
+  float mm[kGroupMax], ll[kGroupMax];
+#pragma unroll
+  for (int h = 0; h < kGroupMax; ++h) {
+    mm[h] = kNegInf;
+    for (int w = 0; w < kWarps; ++w) mm[h] = fmaxf(mm[h], warp_ml[w][h][0]);
+    ll[h] = 0.f;
+    for (int w = 0; w < kWarps; ++w) ll[h] += warp_ml[w][h][1] * rescale(warp_ml[w][h][0], mm[h]);
+  }
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int h = 0; h < kGroupMax; ++h) {
+        if (h >= group) break;
+        const float f = rescale(m[h], mm[h]);
+#pragma unroll
+        for (int e = 0; e < kDims; ++e) {
+          const int d = lane * kDims + e;
+          acc[h][d] = (w == 0 ? 0.f : acc[h][d]) + o[h][e] * f;
+        }
+      }
+    }
+    __syncthreads();
+  }
   for (int i = threadIdx.x; i < group * D; i += blockDim.x) {
     const int h = i / D, d = i % D;
-    float mm = kNegInf;
-    for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, warp_ml[w][h][0]);
-    float ll = 0, oo = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      const float f = rescale(warp_ml[w][h][0], mm);
-      ll += warp_ml[w][h][1] * f;
-      oo += warp_o[w][h][d] * f;
-    }
     const int64_t bh = int64_t(b) * p.num_heads + kv_head * group + h;
-    p.partial_o[(bh * p.splits + split) * D + d] = ll > 0.f ? oo / ll : 0.f;
-    if (d == 0) p.partial_lse[bh * p.splits + split] = ll > 0.f ? mm + log2f(ll) : kNegInf;
+    p.partial_o[(bh * p.splits + split) * D + d] = ll[h] > 0.f ? acc[h][d] / ll[h] : 0.f;
+    if (d == 0) p.partial_lse[bh * p.splits + split] = ll[h] > 0.f ? mm[h] + log2f(ll[h]) : kNegInf;
   }
 }
 
@@ -233,12 +263,12 @@ void launch_attention_typed(const UnfusedDecodeParams& p, cudaStream_t s) {
   const dim3 grid(p.splits, p.num_kv_heads, p.batch);
   const int group = p.num_heads / p.num_kv_heads;
   switch (p.head_dim) {
-    case 64: group <= 4 ? split_kv_kernel<T, 8, 4><<<grid, 128, 0, s>>>(p)
-                        : split_kv_kernel<T, 8, 16><<<grid, 128, 0, s>>>(p); break;
-    case 128: group <= 4 ? split_kv_kernel<T, 16, 4><<<grid, 128, 0, s>>>(p)
-                         : split_kv_kernel<T, 16, 16><<<grid, 128, 0, s>>>(p); break;
-    default: group <= 4 ? split_kv_kernel<T, 32, 4><<<grid, 128, 0, s>>>(p)
-                        : split_kv_kernel<T, 32, 16><<<grid, 128, 0, s>>>(p); break;
+    case 64: group <= 4 ? split_kv_kernel<T, 64, 4><<<grid, 128, 0, s>>>(p)
+                        : split_kv_kernel<T, 64, 16><<<grid, 128, 0, s>>>(p); break;
+    case 128: group <= 4 ? split_kv_kernel<T, 128, 4><<<grid, 128, 0, s>>>(p)
+                         : split_kv_kernel<T, 128, 16><<<grid, 128, 0, s>>>(p); break;
+    default: group <= 4 ? split_kv_kernel<T, 256, 4><<<grid, 128, 0, s>>>(p)
+                        : split_kv_kernel<T, 256, 16><<<grid, 128, 0, s>>>(p); break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();
   merge_splits_kernel<T><<<p.batch * p.num_heads, 128, 0, s>>>(p);
