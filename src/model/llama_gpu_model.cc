@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <future>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -45,6 +45,9 @@ using Bits = std::vector<uint16_t>;  // bf16 or f16 values, as the device holds 
 // The concatenation of `parts` (fused QKV and gate/up weights), rounded to `dtype`.
 Bits to_bits(std::initializer_list<const std::vector<float>*> parts, DType dtype) {
   Bits out;
+  size_t total = 0;
+  for (const std::vector<float>* p : parts) total += p->size();
+  out.reserve(total);
   for (const std::vector<float>* p : parts) {
     for (float v : *p)
       out.push_back(dtype == DType::kF16 ? float_to_fp16_bits(v) : float_to_bf16_bits(v));
@@ -83,9 +86,9 @@ struct LlamaGpuModel::Impl {
                   const TensorView& out);
   // Rows [0, n) of a [rows, width] buffer.
   TensorView rows(const Tensor& t, int64_t n) const { return t.view().slice(0, 0, n); }
-  const int32_t* i32(int64_t offset) const { return step_i32_.data_as<int32_t>() + offset; }
+  const int32_t* i32(int64_t offset) const { return step_i32.data_as<int32_t>() + offset; }
   TensorView i32_view(int64_t offset, int64_t n) const {
-    return TensorView(const_cast<int32_t*>(i32(offset)), DType::kI32, device_, {n});
+    return TensorView(const_cast<int32_t*>(i32(offset)), DType::kI32, device, {n});
   }
   int splits_for(int64_t batch) const;
 
@@ -104,13 +107,19 @@ struct LlamaGpuModel::Impl {
   const decode::AttentionBlock* fused_block(int64_t batch);
   // Runs the step eagerly or from its CUDA graph (decode-only batches).
   void execute(const Step& step, size_t inputs);
+  // Waits for the stream; with a group, first for the collectives through the Communicator (its
+  // timeout names the rank that did not arrive), so no cross-GPU wait is unbounded.
+  void wait() const {
+    if (comm != nullptr) comm->synchronize(stream);
+    stream.synchronize();
+  }
 
   DecoderConfig config;
   LlamaShapes shapes;
   LlamaGpuOptions opts;
   Communicator* comm = nullptr;
-  Device device_;
-  Stream stream_ = Stream::cpu();
+  Device device;
+  Stream stream = Stream::cpu();
   int64_t weight_bytes = 0;
   int64_t qkv_width = 0, pages_per_seq = 0, cache_rows = 0;
 
@@ -124,8 +133,8 @@ struct LlamaGpuModel::Impl {
   Tensor partial_o, partial_lse;                             // split-KV workspace
   // Step inputs, i32: ids, positions, slots [max_tokens]; logit rows [max_logit_rows];
   // seq_pos [max_batch]; page table [max_batch, pages_per_seq].
-  Tensor step_i32_;
-  std::vector<int32_t> staging_;
+  Tensor step_i32;
+  std::vector<int32_t> staging;
   int64_t off_pos = 0, off_slot = 0, off_rows = 0, off_seq = 0, off_table = 0;
 
   std::map<std::pair<int, int64_t>, std::unique_ptr<gemm::Gemm>> gemms;
@@ -169,8 +178,8 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
                 ErrorCode::kUnsupported, "LlamaGpuModel: head_dim = ", d, " with ", group,
                 " query heads per KV head: the cuda layers take head_dim 64 or 128 and up to 16 "
                 "query heads per KV head");
-  device_ = Device::cuda(o.device);
-  stream_ = Stream::create_cuda(o.device);
+  device = Device::cuda(o.device);
+  stream = Stream::create_cuda(o.device);
   sm_count = detail::cuda_sm_count(o.device);
   const int64_t cw = shapes.hidden, qw = shapes.q_width(), kvw = shapes.kv_width();
   const int64_t f = shapes.intermediate, v = shapes.vocab;
@@ -203,27 +212,27 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
     }
   }
   const std::vector<float> freq = rope_inv_freq(d, c.rope_theta, c.rope_scaling);
-  inv_freq = Tensor::empty({int64_t(freq.size())}, DType::kF32, device_);
-  copy_bytes(inv_freq.data(), freq.data(), freq.size() * sizeof(float), stream_);
+  inv_freq = Tensor::empty({int64_t(freq.size())}, DType::kF32, device);
+  copy_bytes(inv_freq.data(), freq.data(), freq.size() * sizeof(float), stream);
 
   pages_per_seq = (o.max_context + o.cache.page_size - 1) / o.cache.page_size;
   cache_rows = o.cache.num_pages * o.cache.page_size;
-  cache = Tensor::empty({shapes.num_layers, 2, cache_rows, kvw}, o.dtype, device_);
+  cache = Tensor::empty({shapes.num_layers, 2, cache_rows, kvw}, o.dtype, device);
 
   const int64_t t = o.max_tokens, r = o.max_logit_rows;
-  for (Tensor* b : {&x, &residual, &h}) *b = Tensor::empty({t, cw}, o.dtype, device_);
-  if (comm != nullptr) partial = Tensor::empty({t, cw}, o.dtype, device_);
-  qkv = Tensor::empty({t, qkv_width}, o.dtype, device_);
-  attn = Tensor::empty({t, qw}, o.dtype, device_);
-  gate_up = Tensor::empty({t, 2 * f}, o.dtype, device_);
-  act = Tensor::empty({t, f}, o.dtype, device_);
-  for (Tensor* b : {&xr, &rr, &hr}) *b = Tensor::empty({r, cw}, o.dtype, device_);
-  logits = Tensor::empty({r, v}, DType::kF32, device_);
-  next = Tensor::empty({r}, DType::kI32, device_);
+  for (Tensor* b : {&x, &residual, &h}) *b = Tensor::empty({t, cw}, o.dtype, device);
+  if (comm != nullptr) partial = Tensor::empty({t, cw}, o.dtype, device);
+  qkv = Tensor::empty({t, qkv_width}, o.dtype, device);
+  attn = Tensor::empty({t, qw}, o.dtype, device);
+  gate_up = Tensor::empty({t, 2 * f}, o.dtype, device);
+  act = Tensor::empty({t, f}, o.dtype, device);
+  for (Tensor* b : {&xr, &rr, &hr}) *b = Tensor::empty({r, cw}, o.dtype, device);
+  logits = Tensor::empty({r, v}, DType::kF32, device);
+  next = Tensor::empty({r}, DType::kI32, device);
   int64_t most = 1;  // the largest batch x splits of any decode run
   for (int64_t b = 1; b <= o.max_batch; ++b) most = std::max(most, b * splits_for(b));
-  partial_o = Tensor::empty({most * shapes.q_heads * d}, DType::kF32, device_);
-  partial_lse = Tensor::empty({most * shapes.q_heads}, DType::kF32, device_);
+  partial_o = Tensor::empty({most * shapes.q_heads * d}, DType::kF32, device);
+  partial_lse = Tensor::empty({most * shapes.q_heads}, DType::kF32, device);
 
   off_pos = t;
   off_slot = 2 * t;
@@ -231,19 +240,19 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
   off_seq = off_rows + r;
   off_table = off_seq + o.max_batch;
   const int64_t total = off_table + o.max_batch * pages_per_seq;
-  step_i32_ = Tensor::empty({total}, DType::kI32, device_);
-  staging_.assign(size_t(total), 0);
-  stream_.synchronize();
+  step_i32 = Tensor::empty({total}, DType::kI32, device);
+  staging.assign(size_t(total), 0);
+  stream.synchronize();
 #endif
 }
 
 Tensor LlamaGpuModel::Impl::upload(const Bits& bits, std::initializer_list<int64_t> shape,
                                    bool count) {
-  Tensor t = Tensor::empty(shape, opts.dtype, device_);
+  Tensor t = Tensor::empty(shape, opts.dtype, device);
   TESSERA_CHECK(int64_t(bits.size()) == t.view().numel(), ErrorCode::kInternal,
                 "LlamaGpuModel: a weight has ", bits.size(), " values for ", t.view().to_string());
-  copy_bytes(t.data(), bits.data(), bits.size() * sizeof(uint16_t), stream_);
-  stream_.synchronize();  // `bits` goes away; construction only
+  copy_bytes(t.data(), bits.data(), bits.size() * sizeof(uint16_t), stream);
+  stream.synchronize();  // `bits` goes away; construction only
   if (count) weight_bytes += int64_t(bits.size() * sizeof(uint16_t));
   return t;
 }
@@ -271,14 +280,14 @@ const gemm::Gemm& LlamaGpuModel::Impl::linear(LinearKind kind, int64_t m) {
       case LinearKind::kDown: s.n = c, s.k = f; break;
       case LinearKind::kHead: s.n = shapes.vocab, s.k = c, s.out_dtype = DType::kF32; break;
     }
-    slot = std::make_unique<gemm::Gemm>(s, device_, gemm::GemmImpl::kAuto);
+    slot = std::make_unique<gemm::Gemm>(s, device, gemm::GemmImpl::kAuto);
   }
   return *slot;
 }
 
 void LlamaGpuModel::Impl::run_linear(LinearKind kind, const TensorView& a, const Tensor& w,
                                      const Tensor& bias, const TensorView& out) {
-  linear(kind, a.size(0)).run(a, w, bias.data() ? bias.view() : TensorView{}, out, stream_);
+  linear(kind, a.size(0)).run(a, w, bias.data() ? bias.view() : TensorView{}, out, stream);
 }
 
 Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows which) {
@@ -343,26 +352,26 @@ Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows
     const std::vector<int64_t>& table = pages.page_table(in.seq_id);
     for (int64_t j = 0; j < n; ++j, ++row) {
       const int64_t pos = start + j;
-      staging_[size_t(row)] = in.tokens[size_t(j)];
-      staging_[size_t(off_pos + row)] = int32_t(pos);
-      staging_[size_t(off_slot + row)] = int32_t(table[size_t(pos / page)] * page + pos % page);
+      staging[size_t(row)] = in.tokens[size_t(j)];
+      staging[size_t(off_pos + row)] = int32_t(pos);
+      staging[size_t(off_slot + row)] = int32_t(table[size_t(pos / page)] * page + pos % page);
     }
-    if (which == LogitRows::kLast) staging_[size_t(off_rows) + i] = int32_t(row - 1);
-    staging_[size_t(off_seq) + i] = int32_t(start + n - 1);
-    int32_t* table_row = staging_.data() + off_table + int64_t(i) * pages_per_seq;
+    if (which == LogitRows::kLast) staging[size_t(off_rows) + i] = int32_t(row - 1);
+    staging[size_t(off_seq) + i] = int32_t(start + n - 1);
+    int32_t* table_row = staging.data() + off_table + int64_t(i) * pages_per_seq;
     std::fill(table_row, table_row + pages_per_seq, 0);
     for (size_t p = 0; p < table.size(); ++p) table_row[p] = int32_t(table[p]);
   }
   if (which == LogitRows::kAll) {
-    for (int64_t r = 0; r < step.tokens; ++r) staging_[size_t(off_rows + r)] = int32_t(r);
+    for (int64_t r = 0; r < step.tokens; ++r) staging[size_t(off_rows + r)] = int32_t(r);
   }
   return step;
 }
 
 void LlamaGpuModel::Impl::upload_step(const Step& step, size_t inputs) {
   const auto copy = [&](int64_t offset, int64_t count) {
-    copy_bytes(step_i32_.data_as<int32_t>() + offset, staging_.data() + offset,
-               size_t(count) * sizeof(int32_t), stream_);
+    copy_bytes(step_i32.data_as<int32_t>() + offset, staging.data() + offset,
+               size_t(count) * sizeof(int32_t), stream);
   };
   copy(0, step.tokens);
   copy(off_pos, step.tokens);
@@ -395,12 +404,12 @@ const decode::AttentionBlock* LlamaGpuModel::Impl::fused_block(int64_t batch) {
     o.dtype = opts.dtype;
     o.paged = true;
     o.page_size = opts.cache.page_size;
-    o.device = device_;
+    o.device = device;
     o.impl = decode::DecodeImpl::kFused;
     FusedDecode f;
     try {
       f.block = std::make_unique<decode::AttentionBlock>(o);
-      f.workspace = Tensor::empty({int64_t(f.block->workspace_bytes()) + 1}, DType::kU8, device_);
+      f.workspace = Tensor::empty({int64_t(f.block->workspace_bytes()) + 1}, DType::kU8, device);
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kUnsupported) throw;
       f.block.reset();  // e.g. head_dim 64: the layer's own operations
@@ -416,32 +425,32 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
   const int64_t qw = shapes.q_width(), kvw = shapes.kv_width(), f = shapes.intermediate;
   const float eps = float(config.rms_norm_eps);
   const TensorView xs = rows(x, t), res = rows(residual, t), hs = rows(h, t);
-  rms_norm(xs, {res, res}, w.input_norm, eps, hs, stream_);
+  rms_norm(xs, {res, res}, w.input_norm, eps, hs, stream);
   const decode::AttentionBlock* block =
       step.prefills.empty() ? fused_block(step.tokens) : nullptr;
   if (block != nullptr) {
     // One kernel from h to the output projection; positions are the tokens cached before.
     const int64_t ps = opts.cache.page_size, pages_total = opts.cache.num_pages;
     auto pages = [&](const TensorView& table) {
-      return TensorView(table.data(), opts.dtype, device_, {pages_total, ps, hkv, d});
+      return TensorView(table.data(), opts.dtype, device, {pages_total, ps, hkv, d});
     };
     const TensorView wqkv = w.wqkv.view();
     const decode::AttentionWeights weights{wqkv.slice(0, 0, qw), wqkv.slice(0, qw, kvw),
                                            wqkv.slice(0, qw + kvw, kvw), w.wo, TensorView{}};
     const TensorView out = comm == nullptr ? xs : rows(partial, t);
-    const TensorView table(const_cast<int32_t*>(i32(off_table)), DType::kI32, device_,
+    const TensorView table(const_cast<int32_t*>(i32(off_table)), DType::kI32, device,
                            {t, pages_per_seq});
     block->run({hs, i32_view(off_seq, t), out}, weights,
-               {pages(k_table(l)), pages(v_table(l)), table}, fused.at(t).workspace, stream_);
+               {pages(k_table(l)), pages(v_table(l)), table}, fused.at(t).workspace, stream);
     if (comm != nullptr)
-      comm->all_reduce(out.flat(0, out.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream_);
+      comm->all_reduce(out.flat(0, out.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream);
   } else {
     attend(l, step);
   }
-  rms_norm(xs, {res, res}, w.post_norm, eps, hs, stream_);
+  rms_norm(xs, {res, res}, w.post_norm, eps, hs, stream);
   const TensorView gu = rows(gate_up, t), acts = rows(act, t);
   run_linear(LinearKind::kGateUp, hs, w.wgu, Tensor{}, gu);
-  silu_and_mul(gu.slice(1, 0, f), gu.slice(1, f, f), acts, stream_);
+  silu_and_mul(gu.slice(1, 0, f), gu.slice(1, f, f), acts, stream);
   project(LinearKind::kDown, acts, w.wdown, t);
 }
 
@@ -455,28 +464,28 @@ void LlamaGpuModel::Impl::attend(int64_t l, const Step& step) {
   const TensorView positions = i32_view(off_pos, t);
   // q, k, v: column blocks of the qkv rows, [T, heads, D].
   auto heads = [&](int64_t column, int64_t count) {
-    return TensorView(qkv.data_as<uint16_t>() + column, opts.dtype, device_, {t, count, d},
+    return TensorView(qkv.data_as<uint16_t>() + column, opts.dtype, device, {t, count, d},
                       {qkv_width, d, 1});
   };
   const TensorView q = heads(0, hq), k = heads(qw, hkv), v = heads(qw + kvw, hkv);
   run_linear(LinearKind::kQkv, hs, w.wqkv, w.bqkv, qkv_rows);
   const TensorView qk = heads(0, hq + hkv);  // q's heads then k's: one rotation launch
-  rope(qk, positions, inv_freq, qk, stream_);
+  rope(qk, positions, inv_freq, qk, stream);
   const TensorView slots = i32_view(off_slot, t);
-  scatter_rows(TensorView(k.data(), opts.dtype, device_, {t, kvw}, {qkv_width, 1}), slots,
-               k_table(l), stream_);
-  scatter_rows(TensorView(v.data(), opts.dtype, device_, {t, kvw}, {qkv_width, 1}), slots,
-               v_table(l), stream_);
+  scatter_rows(TensorView(k.data(), opts.dtype, device, {t, kvw}, {qkv_width, 1}), slots,
+               k_table(l), stream);
+  scatter_rows(TensorView(v.data(), opts.dtype, device, {t, kvw}, {qkv_width, 1}), slots,
+               v_table(l), stream);
   for (const Prefill& p : step.prefills) {
     auto seq = [&](const TensorView& part, int64_t count) {
       return TensorView(static_cast<uint16_t*>(part.data()) + p.first_row * qkv_width,
-                        opts.dtype, device_, {1, p.num_tokens, count, d},
+                        opts.dtype, device, {1, p.num_tokens, count, d},
                         {p.num_tokens * qkv_width, qkv_width, d, 1});
     };
-    const TensorView o(attn.data_as<uint16_t>() + p.first_row * qw, opts.dtype, device_,
+    const TensorView o(attn.data_as<uint16_t>() + p.first_row * qw, opts.dtype, device,
                        {1, p.num_tokens, hq, d});
     attn::forward(seq(q, hq), seq(k, hkv), seq(v, hkv), o, TensorView{},
-                  attn::MaskSpec::causal_at(0, 0), scale, stream_);
+                  attn::MaskSpec::causal_at(0, 0), scale, stream);
   }
 #ifdef TESSERA_WITH_CUDA
   for (const DecodeRun& run : step.decodes) {
@@ -500,7 +509,7 @@ void LlamaGpuModel::Impl::attend(int64_t l, const Step& step) {
     a.partial_o = partial_o.data_as<float>();
     a.partial_lse = partial_lse.data_as<float>();
     a.o = attn.data_as<uint16_t>() + run.first_row * qw;
-    detail::cuda_split_kv_attention(a, stream_);
+    detail::cuda_split_kv_attention(a, stream);
   }
 #endif
   project(LinearKind::kO, attn_rows, w.wo, t);
@@ -513,33 +522,33 @@ void LlamaGpuModel::Impl::project(LinearKind kind, const TensorView& in, const T
   if (comm == nullptr) return run_linear(kind, in, weight, Tensor{}, xs);
   const TensorView part = rows(partial, t);
   run_linear(kind, in, weight, Tensor{}, part);
-  comm->all_reduce(part.flat(0, part.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream_);
+  comm->all_reduce(part.flat(0, part.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream);
 }
 
 TensorView LlamaGpuModel::Impl::k_table(int64_t layer) const {
-  return TensorView(cache.view().slice(0, layer, 1).data(), opts.dtype, device_,
+  return TensorView(cache.view().slice(0, layer, 1).data(), opts.dtype, device,
                     {cache_rows, shapes.kv_width()});
 }
 
 TensorView LlamaGpuModel::Impl::v_table(int64_t layer) const {
   return TensorView(static_cast<uint16_t*>(k_table(layer).data()) + cache_rows * shapes.kv_width(),
-                    opts.dtype, device_, {cache_rows, shapes.kv_width()});
+                    opts.dtype, device, {cache_rows, shapes.kv_width()});
 }
 
 void LlamaGpuModel::Impl::run_step(const Step& step) {
   const int64_t t = step.tokens, r = step.logit_rows;
   const TensorView xs = rows(x, t), res = rows(residual, t);
-  fill_bytes(res.data(), 0, size_t(res.numel()) * dtype_size(opts.dtype), stream_);
-  embedding(i32_view(0, t), embed, xs, stream_);
+  fill_bytes(res.data(), 0, size_t(res.numel()) * dtype_size(opts.dtype), stream);
+  embedding(i32_view(0, t), embed, xs, stream);
   for (int64_t l = 0; l < shapes.num_layers; ++l) run_layer(l, step);
   // The final norm and lm_head on the asked-for rows only.
   const TensorView picked = i32_view(off_rows, r), hrs = rows(hr, r);
-  embedding(picked, xs, rows(xr, r), stream_);
-  embedding(picked, res, rows(rr, r), stream_);
+  embedding(picked, xs, rows(xr, r), stream);
+  embedding(picked, res, rows(rr, r), stream);
   const TensorView rrs = rows(rr, r);
-  rms_norm(rows(xr, r), {rrs, rrs}, final_norm, float(config.rms_norm_eps), hrs, stream_);
+  rms_norm(rows(xr, r), {rrs, rrs}, final_norm, float(config.rms_norm_eps), hrs, stream);
   run_linear(LinearKind::kHead, hrs, lm_head, Tensor{}, rows(logits, r));
-  argmax(rows(logits, r), rows(next, r), stream_);
+  argmax(rows(logits, r), rows(next, r), stream);
 }
 
 void LlamaGpuModel::Impl::execute(const Step& step, size_t inputs) {
@@ -552,10 +561,10 @@ void LlamaGpuModel::Impl::execute(const Step& step, size_t inputs) {
     auto it = graphs.find(b);
     if (it == graphs.end() && eager_batches.count(b) != 0) {
       // Every plan of this batch size exists (the eager step made them): capture.
-      it = graphs.emplace(b, std::make_unique<detail::CudaGraph>(stream_, [&] { run_step(step); }))
+      it = graphs.emplace(b, std::make_unique<detail::CudaGraph>(stream, [&] { run_step(step); }))
                .first;
     }
-    if (it != graphs.end()) return it->second->replay(stream_);
+    if (it != graphs.end()) return it->second->replay(stream);
     eager_batches.insert(b);
   }
 #endif
@@ -570,7 +579,7 @@ LlamaGpuModel::~LlamaGpuModel() = default;
 
 const LlamaShapes& LlamaGpuModel::shapes() const { return impl_->shapes; }
 const LlamaGpuOptions& LlamaGpuModel::options() const { return impl_->opts; }
-const Stream& LlamaGpuModel::stream() const { return impl_->stream_; }
+const Stream& LlamaGpuModel::stream() const { return impl_->stream; }
 int64_t LlamaGpuModel::weight_bytes() const { return impl_->weight_bytes; }
 int64_t LlamaGpuModel::add_sequence() { return impl_->pages.add_sequence(); }
 void LlamaGpuModel::release_sequence(int64_t seq_id) { impl_->pages.release_sequence(seq_id); }
@@ -580,8 +589,8 @@ std::vector<float> LlamaGpuModel::forward(std::span<const SequenceTokens> inputs
   const Step step = impl_->pack(inputs, rows);
   impl_->execute(step, inputs.size());
   std::vector<float> out(size_t(step.logit_rows * impl_->shapes.vocab));
-  copy_bytes(out.data(), impl_->logits.data(), out.size() * sizeof(float), impl_->stream_);
-  impl_->stream_.synchronize();
+  copy_bytes(out.data(), impl_->logits.data(), out.size() * sizeof(float), impl_->stream);
+  impl_->wait();
   return out;
 }
 
@@ -589,8 +598,8 @@ std::vector<int32_t> LlamaGpuModel::forward_greedy(std::span<const SequenceToken
   const Step step = impl_->pack(inputs, LogitRows::kLast);
   impl_->execute(step, inputs.size());
   std::vector<int32_t> out(inputs.size());
-  copy_bytes(out.data(), impl_->next.data(), out.size() * sizeof(int32_t), impl_->stream_);
-  impl_->stream_.synchronize();
+  copy_bytes(out.data(), impl_->next.data(), out.size() * sizeof(int32_t), impl_->stream);
+  impl_->wait();
   return out;
 }
 

@@ -99,8 +99,8 @@ model::LlamaTensorSource weight_source(const LlmArgs& a, std::unique_ptr<model::
   return model::store_llama_source(*store);
 }
 
-// Greedy decoding of every sequence for `a.gen` tokens after the prefill's logits; `step`
-// runs one decode step (the inputs' next tokens), and returns its seconds.
+// Prefill, then greedy decoding of every sequence for `a.gen` tokens; `prefill` and `step` each
+// run one forward and return every input's next token. Times the prefill and each step.
 template <typename Prefill, typename DecodeStep>
 void generate(const LlmArgs& a, RankContext& ctx, LlmRun& run, std::vector<model::SequenceTokens>& inputs,
               Prefill&& prefill, DecodeStep&& step) {
@@ -169,7 +169,7 @@ LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
   const int64_t pages_per_seq = (prompt + a.gen + a.page - 1) / a.page;
   model::LlamaGpuOptions o;
   o.device = ctx.device.index;
-  o.cache = {a.page, 2 * batch * pages_per_seq};  // room for the warm-up's sequences too
+  o.cache = {a.page, batch * pages_per_seq};  // the warm-up's sequences are released first
   o.max_tokens = batch * prompt;
   o.max_batch = batch;
   o.max_context = prompt + a.gen;
