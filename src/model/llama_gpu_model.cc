@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "model/greedy.h"
 #include "model/llama_gpu_backend.h"
 #include "tessera/attn/attention.h"
 #include "tessera/core/buffer.h"
@@ -605,24 +606,10 @@ std::vector<int32_t> LlamaGpuModel::forward_greedy(std::span<const SequenceToken
 
 std::vector<int32_t> LlamaGpuModel::generate_greedy(const std::vector<int32_t>& prompt,
                                                     int64_t steps) {
-  TESSERA_CHECK_ARG(!prompt.empty(), "LlamaGpuModel::generate_greedy: prompt: expected >= 1 token");
-  TESSERA_CHECK_ARG(steps >= 0, "LlamaGpuModel::generate_greedy: steps = ", steps,
-                    ": expected >= 0");
-  const int64_t seq = add_sequence();
-  std::vector<int32_t> generated;
-  SequenceTokens input{seq, prompt};
-  try {
-    for (int64_t step = 0; step < steps; ++step) {
-      const int32_t token = forward_greedy(std::span(&input, 1))[0];
-      generated.push_back(token);
-      input.tokens = {token};
-    }
-  } catch (...) {
-    release_sequence(seq);
-    throw;
-  }
-  release_sequence(seq);
-  return generated;
+  return detail::generate_greedy(*this, prompt, steps, "LlamaGpuModel::generate_greedy",
+                                 [&](std::span<const SequenceTokens> input) {
+                                   return forward_greedy(input)[0];
+                                 });
 }
 
 }  // namespace tessera::model

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "linear.h"
+#include "model/greedy.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
 #include "tessera/sched/schedule.h"
@@ -133,29 +134,18 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
 
 std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt,
                                                  int64_t steps) {
-  TESSERA_CHECK_ARG(!prompt.empty(), "LlamaModel::generate_greedy: prompt: expected >= 1 token");
-  TESSERA_CHECK_ARG(steps >= 0, "LlamaModel::generate_greedy: steps = ", steps, ": expected >= 0");
-  const int64_t seq = add_sequence();
-  std::vector<int32_t> generated;
-  SequenceTokens input{seq, prompt};
-  const Device cpu = Device::cpu();
-  try {
-    for (int64_t step = 0; step < steps; ++step) {
-      std::vector<float> logits = forward(std::span(&input, 1));
-      const int64_t rows = int64_t(input.tokens.size());
-      int32_t next = 0;
-      argmax(TensorView(logits.data() + (rows - 1) * shapes_.vocab, DType::kF32, cpu,
-                        {1, shapes_.vocab}),
-             TensorView(&next, DType::kI32, cpu, {1}), stream_);
-      generated.push_back(next);
-      input.tokens = {next};
-    }
-  } catch (...) {
-    release_sequence(seq);
-    throw;
-  }
-  release_sequence(seq);
-  return generated;
+  return detail::generate_greedy(
+      *this, prompt, steps, "LlamaModel::generate_greedy",
+      [&](std::span<const SequenceTokens> input) {
+        const std::vector<float> logits = forward(input);
+        const int64_t rows = int64_t(input[0].tokens.size());
+        const Device cpu = Device::cpu();
+        int32_t next = 0;
+        argmax(TensorView(const_cast<float*>(logits.data()) + (rows - 1) * shapes_.vocab,
+                          DType::kF32, cpu, {1, shapes_.vocab}),
+               TensorView(&next, DType::kI32, cpu, {1}), stream_);
+        return next;
+      });
 }
 
 }  // namespace tessera::model

@@ -136,39 +136,37 @@ void cuda_adaln_modulate(const TensorView& x, const TensorView& shift, const Ten
   k::launch_pointwise(p, stream.cuda_stream());
 }
 
-void cuda_embedding(const TensorView& ids, const TensorView& table, const TensorView& out,
-                    const Stream& stream) {
+namespace {
+
+// embedding (out[n] = table[ids[n]]) and scatter_rows (table[ids[n]] = rows[n]): one kernel.
+void launch_row_copy(const TensorView& ids, const TensorView& table, const TensorView& rows,
+                     bool scatter, const Stream& stream) {
   k::EmbeddingParams p;
+  p.scatter = scatter;
   p.element_bytes = int(table.element_size());
-  p.tokens = out.size(0);
-  p.cols = out.size(1);
+  p.tokens = rows.size(0);
+  p.cols = rows.size(1);
   p.vocab = table.size(0);
   p.ids = ids.data();
   p.id_type = index_of(ids.dtype());
   p.id_stride = ids.stride(0);
   p.table = table.data();
   p.table_stride = table.stride(0);
-  p.out = out.data();
-  p.out_stride = out.stride(0);
+  p.out = rows.data();
+  p.out_stride = rows.stride(0);
   k::launch_embedding(p, stream.cuda_stream());
+}
+
+}  // namespace
+
+void cuda_embedding(const TensorView& ids, const TensorView& table, const TensorView& out,
+                    const Stream& stream) {
+  launch_row_copy(ids, table, out, false, stream);
 }
 
 void cuda_scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table,
                        const Stream& stream) {
-  k::EmbeddingParams p;
-  p.scatter = true;
-  p.element_bytes = int(table.element_size());
-  p.tokens = src.size(0);
-  p.cols = src.size(1);
-  p.vocab = table.size(0);
-  p.ids = ids.data();
-  p.id_type = index_of(ids.dtype());
-  p.id_stride = ids.stride(0);
-  p.table = table.data();
-  p.table_stride = table.stride(0);
-  p.out = src.data();
-  p.out_stride = src.stride(0);
-  k::launch_embedding(p, stream.cuda_stream());
+  launch_row_copy(ids, table, src, true, stream);
 }
 
 void cuda_argmax(const TensorView& logits, const TensorView& out, const Stream& stream) {
