@@ -1,5 +1,6 @@
 #include "tessera/model/llama_layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -184,6 +185,65 @@ void LlamaLayer::run_op(LlamaOp op, const PackedBatch& batch, SequenceRange rang
     case LlamaOp::kMlpAllReduce:
       sum_over_ranks(rows(buf.partial, c), rows(x, c), comm, stream);
       return;
+  }
+}
+
+void LlamaLayer::run_all_reduce_norm(LlamaOp norm, const PackedBatch& batch, SequenceRange range,
+                                     std::vector<float>& x, std::vector<float>& residual,
+                                     LlamaLayerBuffers& buf, Communicator* comm,
+                                     const Stream& stream) const {
+  TESSERA_CHECK_ARG(norm == LlamaOp::kAttnNorm || norm == LlamaOp::kMlpNorm,
+                    "LlamaLayer::run_all_reduce_norm: norm = ", llama_op_name(norm),
+                    ": expected attn_norm or mlp_norm");
+  if (range.begin == range.end) return;
+  const PackedSequence& first_seq = batch.sequences[range.begin];
+  const PackedSequence& last_seq = batch.sequences[range.end - 1];
+  const int64_t r0 = first_seq.first_row;
+  const int64_t t = last_seq.first_row + last_seq.num_tokens - r0;
+  if (t == 0) return;
+  const int64_t c = shapes_.hidden;
+  const Device cpu = Device::cpu();
+  const TensorView weight =
+      vector_view(norm == LlamaOp::kAttnNorm ? w_.input_norm : w_.post_norm);
+  auto normalize = [&](int64_t row, int64_t n) {  // rows [row, row + n) of x + residual
+    if (n == 0) return;
+    auto rows = [&](std::vector<float>& b) {
+      return TensorView(b.data() + row * c, DType::kF32, cpu, {n, c});
+    };
+    const TensorView res = rows(residual);
+    rms_norm(rows(x), {res, res}, weight, eps_, rows(buf.h), stream);
+  };
+  if (comm == nullptr) {  // one rank: the all-reduce is a copy
+    std::copy_n(buf.partial.begin() + r0 * c, t * c, x.begin() + r0 * c);
+    return normalize(r0, t);
+  }
+  const int64_t p = comm->size(), share = (t + p - 1) / p;
+  auto flat = [&](std::vector<float>& v) {
+    return TensorView(v.data(), DType::kF32, cpu, {int64_t(v.size())});
+  };
+  // Rows [q * share, q * share + count(q)) belong to rank q; the last ranks' shares may be short.
+  auto count = [&](int64_t q) { return std::clamp<int64_t>(t - q * share, 0, share); };
+  std::vector<float> send(size_t(p * share * c), 0.0f), mine(size_t(share * c));
+  std::copy_n(buf.partial.begin() + r0 * c, t * c, send.begin());
+  comm->reduce_scatter(flat(send), flat(mine), ReduceOp::kSum, stream);
+  comm->synchronize(stream);
+  const int64_t me = comm->rank(), row = r0 + me * share, n = count(me);
+  std::copy_n(mine.begin(), n * c, x.begin() + row * c);
+  normalize(row, n);
+  // Every rank's rows of x, residual and h, [x | residual | h] per share.
+  std::vector<float> out(size_t(3 * share * c), 0.0f), all(size_t(p * 3 * share * c));
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<float>& from = k == 0 ? x : k == 1 ? residual : buf.h;
+    std::copy_n(from.begin() + row * c, n * c, out.begin() + k * share * c);
+  }
+  comm->all_gather(flat(out), flat(all), stream);
+  comm->synchronize(stream);
+  for (int64_t q = 0; q < p; ++q) {
+    for (int k = 0; k < 3; ++k) {
+      std::vector<float>& to = k == 0 ? x : k == 1 ? residual : buf.h;
+      std::copy_n(all.begin() + (q * 3 + k) * share * c, count(q) * c,
+                  to.begin() + (r0 + q * share) * c);
+    }
   }
 }
 

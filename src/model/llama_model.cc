@@ -119,12 +119,27 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
     LlamaLayerBuffers buffers;
     buffers.resize(shapes_, batch.total_tokens());
     for (const LlamaLayer& layer : layers_) layer.check_call(batch, x, residual, comm_);
+    auto range = [](const sched::NanoBatch& nano) {
+      return SequenceRange{nano.first_seq, nano.first_seq + nano.num_seqs};
+    };
     sched::ScheduleContext ctx(
         int64_t(layers_.size()), strategy.split(batch),
         [&](const sched::NanoBatch& nano, sched::Step step) {
-          layers_[size_t(step.layer)].run_op(step.op, batch,
-                                             {nano.first_seq, nano.first_seq + nano.num_seqs}, x,
-                                             residual, buffers, cache_, comm_, stream_);
+          layers_[size_t(step.layer)].run_op(step.op, batch, range(nano), x, residual, buffers,
+                                             cache_, comm_, stream_);
+        },
+        // The one fused group a layer has: an all-reduce and the RMSNorm that reads it.
+        [&](const sched::NanoBatch& nano, sched::Step first, int count) {
+          const bool after_attention = first.op == LlamaOp::kOAllReduce;
+          const int64_t norm_layer = after_attention ? first.layer : first.layer + 1;
+          TESSERA_CHECK_ARG(count == 2 && (after_attention || first.op == LlamaOp::kMlpAllReduce) &&
+                                norm_layer < int64_t(layers_.size()),
+                            "no fused form of ", count, " steps from layer ", first.layer, " ",
+                            llama_op_name(first.op),
+                            ": expected an all-reduce and the RMSNorm after it");
+          layers_[size_t(norm_layer)].run_all_reduce_norm(
+              after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm, batch, range(nano), x,
+              residual, buffers, comm_, stream_);
         });
     strategy.schedule(ctx);
     TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),

@@ -26,8 +26,12 @@ std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int
   return out;
 }
 
-ScheduleContext::ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute)
-    : layers_(layers), nanos_(std::move(nanos)), execute_(std::move(execute)) {
+ScheduleContext::ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
+                                 FusedExecutor execute_fused)
+    : layers_(layers),
+      nanos_(std::move(nanos)),
+      execute_(std::move(execute)),
+      execute_fused_(std::move(execute_fused)) {
   TESSERA_CHECK_ARG(layers >= 0, "layers = ", layers, ": expected >= 0");
   next_.assign(nanos_.size(), 0);
 }
@@ -40,7 +44,13 @@ std::optional<Step> ScheduleContext::ready(int n) const {
   return Step{i / model::kLlamaOps, model::LlamaOp(i % model::kLlamaOps)};
 }
 
-void ScheduleContext::run(int n, Step step) {
+std::optional<Step> ScheduleContext::after(Step step) const {
+  const int64_t i = step.layer * model::kLlamaOps + int64_t(step.op) + 1;
+  if (i >= layers_ * model::kLlamaOps) return std::nullopt;
+  return Step{i / model::kLlamaOps, model::LlamaOp(i % model::kLlamaOps)};
+}
+
+void ScheduleContext::check_ready(int n, Step step) const {
   const std::optional<Step> want = ready(n);
   const auto describe = [](Step s) {
     return str("layer ", s.layer, " ", model::llama_op_name(s.op));
@@ -57,9 +67,29 @@ void ScheduleContext::run(int n, Step step) {
                     describe(Step{needs / model::kLlamaOps, model::LlamaOp(needs % model::kLlamaOps)}),
                     " has not run (ready: ", describe(*want), ")"));
   }
+}
+
+void ScheduleContext::run(int n, Step step) {
+  check_ready(n, step);
   execute_(nanos_[size_t(n)], step);
   ++next_[size_t(n)];
   trace_.push_back({n, step});
+}
+
+void ScheduleContext::run_fused(int n, Step first, int count) {
+  check_ready(n, first);
+  TESSERA_CHECK_ARG(count >= 1 && next_[size_t(n)] + count <= layers_ * model::kLlamaOps,
+                    "nano-batch ", n, ": ", count, " fused steps from layer ", first.layer, " ",
+                    model::llama_op_name(first.op), ": past the end of its chain");
+  TESSERA_CHECK_ARG(bool(execute_fused_), "nano-batch ", n,
+                    ": a fused operation asked for, but the model gave no fused executor");
+  execute_fused_(nanos_[size_t(n)], first, count);
+  Step step = first;
+  for (int i = 0; i < count; ++i) {
+    trace_.push_back({n, step});
+    ++next_[size_t(n)];
+    if (i + 1 < count) step = *after(step);
+  }
 }
 
 void ScheduleContext::run_next(int n) {

@@ -29,4 +29,11 @@ class DualBatchStrategy final : public Strategy {
   void schedule(ScheduleContext& ctx) const override;
 };
 
+class TokenWeaveStrategy final : public Strategy {
+ public:
+  std::string name() const override { return "tokenweave"; }
+  std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
+  void schedule(ScheduleContext& ctx) const override;
+};
+
 }  // namespace tessera::sched

@@ -1,9 +1,12 @@
 // The operator scheduler on the tiny Llama model over 1, 2 and 4 tensor-parallel rank threads:
-// every strategy's logits equal the plain forward's bitwise (a mixed prefill of three
-// sequences, then a batched decode step); nano-batches are row ranges of the batch, balanced by
-// tokens, each sequence in one; running an operation before its input is an error naming both.
+// every strategy's logits equal the plain forward's bitwise (a mixed prefill of four
+// sequences, then a batched decode step), TokenWeave's fused reduce-scatter + norm + all-gather
+// included; nano-batches are row ranges of the batch, balanced by tokens, each sequence in one;
+// running an operation before its input, or fusing a group the model has no fused form of, is
+// an error naming it.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "../unit/llama_test_util.h"
@@ -107,15 +110,49 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   while (ctx.ready(0)) ctx.run_next(0);
   EXPECT_TRUE(ctx.finished());
   EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
-  expect_error([] { sched::make_strategy("tokenweave"); }, ErrorCode::kInvalidArgument,
-               {"strategy = 'tokenweave'", "sequential, nanoflow or dual_batch"});
+  expect_error([] { sched::make_strategy("flux"); }, ErrorCode::kInvalidArgument,
+               {"strategy = 'flux'", "sequential, nanoflow, dual_batch or tokenweave"});
+  // Fused groups: only from the ready step, only with a fused executor, not past the chain.
+  sched::ScheduleContext fused(1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step) {},
+                               [](const sched::NanoBatch&, sched::Step, int) {});
+  expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kQkv}, 2); },
+               ErrorCode::kInvalidArgument, {"layer 0 qkv before its input"});
+  expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 10); },
+               ErrorCode::kInvalidArgument, {"past the end of its chain"});
+  expect_error([&] { ctx.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 1); },
+               ErrorCode::kInvalidArgument, {"after its last operation"});
+  sched::ScheduleContext plain(1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step) {});
+  expect_error([&] { plain.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 2); },
+               ErrorCode::kInvalidArgument, {"no fused executor"});
+}
+
+// A strategy that fuses a group the model has no fused form of.
+class FusesTheWrongGroup final : public sched::Strategy {
+ public:
+  std::string name() const override { return "wrong"; }
+  std::vector<sched::NanoBatch> split(const model::PackedBatch& b) const override {
+    return sched::token_balanced_split(b, 1);
+  }
+  void schedule(sched::ScheduleContext& ctx) const override {
+    ctx.run_next(0);                                  // attn_norm
+    ctx.run_fused(0, {0, model::LlamaOp::kQkv}, 2);  // qkv + attention: no such fused operation
+  }
+};
+
+TEST(Scheduler, TheModelRefusesAFusedGroupItHasNoFormOf) {
+  const model::DecoderConfig config = tiny_llama_config();
+  LlamaModel m(config, model::random_llama_weights(config, kSeed, 0, 1), {4, 64}, nullptr);
+  std::vector<SequenceTokens> in = {{m.add_sequence(), test_tokens(5, 1)}};
+  expect_error([&] { m.forward(in, FusesTheWrongGroup()); }, ErrorCode::kInvalidArgument,
+               {"no fused form of 2 steps from layer 0 qkv"});
 }
 
 // The orders the strategies choose on two nano-batches of two layers.
 TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
   const std::vector<sched::NanoBatch> two = {{0, 1, 0, 40}, {1, 1, 40, 40}};
   auto trace_of = [&](const std::string& name) {
-    sched::ScheduleContext ctx(2, two, [](const sched::NanoBatch&, sched::Step) {});
+    sched::ScheduleContext ctx(2, two, [](const sched::NanoBatch&, sched::Step) {},
+                               [](const sched::NanoBatch&, sched::Step, int) {});
     sched::make_strategy(name)->schedule(ctx);
     EXPECT_TRUE(ctx.finished()) << name;
     return ctx.trace();
@@ -134,6 +171,18 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
   }
   EXPECT_EQ(db[0].first, 0);
   EXPECT_EQ(db[5].first, 1);  // nano-batch 0's o_all_reduce is its 5th operation
+  // TokenWeave: dual-batch's hand-overs, and each all-reduce fused with the norm after it (the
+  // two traced back to back), but the last layer's MLP all-reduce, which has no norm after it.
+  const auto tw = trace_of("tokenweave");
+  for (size_t i = 1; i < tw.size(); ++i) {
+    const model::LlamaOp prev = tw[i - 1].second.op;
+    if (tw[i].first != tw[i - 1].first) {
+      const bool after_norm_or_last = prev == model::LlamaOp::kMlpNorm ||
+                                      prev == model::LlamaOp::kAttnNorm ||
+                                      prev == model::LlamaOp::kMlpAllReduce;
+      EXPECT_TRUE(after_norm_or_last) << "switch at " << i;
+    }
+  }
   // Sequential: nano-batch 0's chain, then 1's.
   const auto seq = trace_of("sequential");
   for (size_t i = 0; i < seq.size(); ++i) EXPECT_EQ(seq[i].first, i < seq.size() / 2 ? 0 : 1);

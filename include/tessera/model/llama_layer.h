@@ -77,6 +77,15 @@ class LlamaLayer {
   void run_op(LlamaOp op, const PackedBatch& batch, SequenceRange range, std::vector<float>& x,
               std::vector<float>& residual, LlamaLayerBuffers& buffers, PagedKvCache& cache,
               Communicator* comm, const Stream& stream) const;
+  // TokenWeave's fused all-reduce and RMSNorm on the rows of `range`: `norm` is kMlpNorm (this
+  // layer's post-attention norm, after the o_proj all-reduce) or kAttnNorm (its input norm,
+  // after the previous layer's MLP all-reduce). partial's rows are reduce-scattered over the
+  // group, each rank adds the residual and normalizes its share of them, and x, residual and h
+  // are all-gathered: the same bits as the all-reduce then the norm (both sum in rank order).
+  void run_all_reduce_norm(LlamaOp norm, const PackedBatch& batch, SequenceRange range,
+                           std::vector<float>& x, std::vector<float>& residual,
+                           LlamaLayerBuffers& buffers, Communicator* comm,
+                           const Stream& stream) const;
   // forward()'s argument checks (run_op's callers make them once per call).
   void check_call(const PackedBatch& batch, const std::vector<float>& x,
                   const std::vector<float>& residual, Communicator* comm) const;

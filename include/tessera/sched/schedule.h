@@ -47,7 +47,11 @@ std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int
 class ScheduleContext {
  public:
   using Executor = std::function<void(const NanoBatch& nano, Step step)>;
-  ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute);
+  // Runs `count` consecutive steps of a chain from `first` as one fused operation (the model's
+  // implementation of that group; it refuses groups it has none for).
+  using FusedExecutor = std::function<void(const NanoBatch& nano, Step first, int count)>;
+  ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
+                  FusedExecutor execute_fused = {});
 
   int num_nano_batches() const { return int(nanos_.size()); }
   const NanoBatch& nano_batch(int n) const { return nanos_.at(size_t(n)); }
@@ -58,14 +62,25 @@ class ScheduleContext {
   void run(int n, Step step);
   // Runs ready(n).
   void run_next(int n);
+  // Runs the `count` steps of nano-batch n's chain from `first` (which must be ready(n)) as one
+  // fused operation; each is traced. Throws kInvalidArgument like run(), or when the chain has
+  // fewer steps left or there is no fused executor.
+  void run_fused(int n, Step first, int count);
+  // The step after `step` in a chain (the next layer's first after a layer's last); none after
+  // the last layer.
+  std::optional<Step> after(Step step) const;
   bool finished() const;
   // (nano-batch, step) in the order they ran.
   const std::vector<std::pair<int, Step>>& trace() const { return trace_; }
 
  private:
+  // Checks that `step` is ready(n), naming what it waits for otherwise.
+  void check_ready(int n, Step step) const;
+
   int64_t layers_ = 0;
   std::vector<NanoBatch> nanos_;
   Executor execute_;
+  FusedExecutor execute_fused_;
   std::vector<int64_t> next_;  // per nano-batch: index of its next step in the chain
   std::vector<std::pair<int, Step>> trace_;
 };
@@ -83,7 +98,9 @@ class Strategy {
 // tokens, the next operation taken from the other nano-batch when its ready operation is of
 // another kind than the last one run: compute beside memory or network), "dual_batch"
 // (two nano-batches, each run up to and including its next collective, then the other: one's
-// communication beside the other's compute, as vLLM's and SGLang's dual-batch overlap).
+// communication beside the other's compute, as vLLM's and SGLang's dual-batch overlap),
+// "tokenweave" (dual-batch's order, and each all-reduce fused with the RMSNorm after it:
+// reduce-scatter, the norm on this rank's rows, all-gather, as TokenWeave does).
 // Throws kInvalidArgument naming the known ones otherwise.
 std::unique_ptr<Strategy> make_strategy(const std::string& name);
 std::vector<std::string> strategy_names();
