@@ -228,18 +228,18 @@ void LlamaLayer::run_all_reduce_norm(LlamaOp norm, const PackedBatch& batch, Seq
   comm->reduce_scatter(flat(send), flat(mine), ReduceOp::kSum, stream);
   comm->synchronize(stream);
   const int64_t me = comm->rank(), row = r0 + me * share, n = count(me);
-  std::copy_n(mine.begin(), n * c, x.begin() + row * c);
+  if (n > 0) std::copy_n(mine.begin(), n * c, x.begin() + row * c);
   normalize(row, n);
   // Every rank's rows of x, residual and h, [x | residual | h] per share.
   std::vector<float> out(size_t(3 * share * c), 0.0f), all(size_t(p * 3 * share * c));
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; n > 0 && k < 3; ++k) {
     const std::vector<float>& from = k == 0 ? x : k == 1 ? residual : buf.h;
     std::copy_n(from.begin() + row * c, n * c, out.begin() + k * share * c);
   }
   comm->all_gather(flat(out), flat(all), stream);
   comm->synchronize(stream);
   for (int64_t q = 0; q < p; ++q) {
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; count(q) > 0 && k < 3; ++k) {
       std::vector<float>& to = k == 0 ? x : k == 1 ? residual : buf.h;
       std::copy_n(all.begin() + (q * 3 + k) * share * c, count(q) * c,
                   to.begin() + (r0 + q * share) * c);
