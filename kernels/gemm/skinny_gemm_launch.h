@@ -24,8 +24,8 @@ struct SkinnyGemmParams {
   void* d = nullptr;            // [M, N]
 };
 
-// Whether the kernel takes the problem (16-bit in, M <= kSkinnyMaxM, K % 8 == 0).
-bool skinny_gemm_supported(ElementType in, ElementType out, int64_t m, int64_t k);
+// Whether the kernel takes the problem (16-bit in, any out type, M <= kSkinnyMaxM, K % 8 == 0).
+bool skinny_gemm_supported(ElementType in, int64_t m, int64_t k);
 // No allocation or synchronization (CUDA-graph capturable).
 void launch_skinny_gemm(const SkinnyGemmParams& p, void* cuda_stream);
 

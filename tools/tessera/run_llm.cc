@@ -91,6 +91,11 @@ struct LlmArgs {
   uint64_t seed = 1;
   std::string weights_path;
   bool logits = false, graphs = true, fused_decode = false;
+
+  int64_t batch() const { return int64_t(prompts.size()); }
+  int64_t prompt_len() const { return int64_t(prompts[0].size()); }
+  // KV cache pages one sequence needs for its prompt and generated tokens.
+  int64_t pages_per_seq() const { return (prompt_len() + gen + page - 1) / page; }
 };
 
 model::LlamaTensorSource weight_source(const LlmArgs& a, std::unique_ptr<model::WeightStore>& store) {
@@ -134,10 +139,10 @@ LlmRun run_cpu_rank(const LlmArgs& a, RankContext& ctx) {
   LlmRun run;
   std::unique_ptr<model::WeightStore> store;
   const model::LlamaTensorSource source = weight_source(a, store);
-  const int64_t batch = int64_t(a.prompts.size()), prompt = int64_t(a.prompts[0].size());
-  const int64_t pages_per_seq = (prompt + a.gen + a.page - 1) / a.page;
+  const int64_t prompt = a.prompt_len();
   model::LlamaModel m(a.config, model::load_llama_weights(a.config, source, ctx.rank, ctx.size),
-                      {a.page, batch * pages_per_seq}, ctx.size > 1 ? ctx.world.get() : nullptr);
+                      {a.page, a.batch() * a.pages_per_seq()},
+                      ctx.size > 1 ? ctx.world.get() : nullptr);
   std::vector<model::SequenceTokens> inputs;
   for (const auto& p : a.prompts) inputs.push_back({m.add_sequence(), p});
   const int64_t vocab = a.config.vocab_size;
@@ -165,11 +170,10 @@ LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
   LlmRun run;
   std::unique_ptr<model::WeightStore> store;
   const model::LlamaTensorSource source = weight_source(a, store);
-  const int64_t batch = int64_t(a.prompts.size()), prompt = int64_t(a.prompts[0].size());
-  const int64_t pages_per_seq = (prompt + a.gen + a.page - 1) / a.page;
+  const int64_t batch = a.batch(), prompt = a.prompt_len();
   model::LlamaGpuOptions o;
   o.device = ctx.device.index;
-  o.cache = {a.page, batch * pages_per_seq};  // the warm-up's sequences are released first
+  o.cache = {a.page, batch * a.pages_per_seq()};  // the warm-up's sequences are released first
   o.max_tokens = batch * prompt;
   o.max_batch = batch;
   o.max_context = prompt + a.gen;

@@ -129,7 +129,7 @@ class SkinnyGemm final : public CudaGemm {
 bool skinny_takes(const GemmShape& shape) {
   kernels::ElementType in{}, out{};
   return shape.weight_nk && element_type(shape.dtype, in) && element_type(shape.out_dtype, out) &&
-         kernels::skinny_gemm_supported(in, out, shape.m, shape.k);
+         kernels::skinny_gemm_supported(in, shape.m, shape.k);
 }
 
 }  // namespace
