@@ -1,14 +1,20 @@
 // LlamaGpuModel (bf16 on the GPU) against LlamaModel (the float32 cpu reference) on the same
 // random weights: prefill logits and teacher-forced decode steps within bf16 tolerance, a
 // batch mixing prefills and decodes, CUDA-graph replay bitwise equal to eager steps, the same
-// bits run to run, and the refusals.
+// bits run to run, and the refusals; tensor parallel over two GPUs (NCCL all-reduce) against
+// the same reference, every rank with the same logits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <utility>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
 #include <vector>
 
+#include "gpu_workers.h"
+#include "tessera/comm/context.h"
 #include "tessera/core/error.h"
 #include "tessera/model/llama_gpu_model.h"
 #include "tessera/model/llama_model.h"
@@ -106,36 +112,36 @@ TEST_F(LlamaGpu, MixedBatchMatchesTheReference) {
   mixed.forward(std::span(&ga, 1));
   ref.forward(std::span(&ra, 1));
   ga.tokens = ra.tokens = {42};
-  std::vector<SequenceTokens> g = {{mixed.add_sequence(), b_prompt}, ga,
-                                   {mixed.add_sequence(), c_prompt}};
-  std::vector<SequenceTokens> r = {{ref.add_sequence(), b_prompt}, ra,
-                                   {ref.add_sequence(), c_prompt}};
+  std::vector<SequenceTokens> g = {
+      {mixed.add_sequence(), b_prompt}, ga, {mixed.add_sequence(), c_prompt}};
+  std::vector<SequenceTokens> r = {
+      {ref.add_sequence(), b_prompt}, ra, {ref.add_sequence(), c_prompt}};
   expect_close(mixed.forward(g, LogitRows::kAll), ref.forward(r), "mixed batch");
 }
 
 TEST_F(LlamaGpu, GraphReplayIsBitwiseTheEagerStepAndRunsRepeat) {
   for (const int64_t head_dim : {64, 128}) {
-  SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim);
-  const DecoderConfig config = small_config(false, head_dim);
-  std::vector<std::vector<float>> runs;
-  for (const bool graphs : {false, true, true}) {
-    LlamaGpuModel m(config, random_llama_source(kSeed), small_options(graphs), nullptr);
-    std::vector<SequenceTokens> in;
-    for (int s = 0; s < 3; ++s) {
-      std::vector<int32_t> prompt;
-      for (int i = 0; i < 9 + 4 * s; ++i) prompt.push_back((i * 31 + s) % config.vocab_size);
-      in.push_back({m.add_sequence(), prompt});
+    SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim);
+    const DecoderConfig config = small_config(false, head_dim);
+    std::vector<std::vector<float>> runs;
+    for (const bool graphs : {false, true, true}) {
+      LlamaGpuModel m(config, random_llama_source(kSeed), small_options(graphs), nullptr);
+      std::vector<SequenceTokens> in;
+      for (int s = 0; s < 3; ++s) {
+        std::vector<int32_t> prompt;
+        for (int i = 0; i < 9 + 4 * s; ++i) prompt.push_back((i * 31 + s) % config.vocab_size);
+        in.push_back({m.add_sequence(), prompt});
+      }
+      std::vector<float> all = m.forward(in);
+      for (int step = 0; step < 8; ++step) {  // steps 0 and 1 eager, then captured and replayed
+        for (auto& s : in) s.tokens = {int32_t((step * 17 + s.seq_id) % config.vocab_size)};
+        const std::vector<float> logits = m.forward(in);
+        all.insert(all.end(), logits.begin(), logits.end());
+      }
+      runs.push_back(std::move(all));
     }
-    std::vector<float> all = m.forward(in);
-    for (int step = 0; step < 8; ++step) {  // steps 0 and 1 eager, then captured and replayed
-      for (auto& s : in) s.tokens = {int32_t((step * 17 + s.seq_id) % config.vocab_size)};
-      const std::vector<float> logits = m.forward(in);
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-    runs.push_back(std::move(all));
-  }
-  EXPECT_TRUE(runs[0] == runs[1]) << "graph replay differs from eager steps";
-  EXPECT_TRUE(runs[1] == runs[2]) << "two runs differ";
+    EXPECT_TRUE(runs[0] == runs[1]) << "graph replay differs from eager steps";
+    EXPECT_TRUE(runs[1] == runs[2]) << "two runs differ";
   }
 }
 
@@ -162,6 +168,59 @@ TEST_F(LlamaGpu, RefusesWhatItDoesNotRunNamingIt) {
   }
   SequenceTokens bad{m.add_sequence(), {512}};
   EXPECT_THROW(m.forward(std::span(&bad, 1)), Error);
+}
+
+// Tensor parallel over two ranks, one GPU each: the sharded heads and MLP columns, row-parallel
+// projections all-reduced by NCCL. Prefill, teacher-forced decode and a batch of two sequences
+// against the float32 reference; rank 1's logits bitwise rank 0's.
+TEST(LlamaGpuTp, TwoRanksMatchTheReference) {
+  TESSERA_REQUIRE_GPUS(testing::gpus_for_test(2), 2);
+  testing::run_gpu_workers("LlamaGpuTpWorker", "TwoRanksMatchTheReference", 2, 120000);
+}
+
+TEST(LlamaGpuTpWorker, TwoRanksMatchTheReference) {
+  if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by LlamaGpuTp.*";
+  ContextOptions context_options;
+  context_options.create_heap = false;
+  auto ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), context_options);
+  const DecoderConfig config = small_config();
+  LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
+  LlamaGpuOptions options = small_options();
+  options.device = ctx->device.index;
+  LlamaGpuModel gpu(config, random_llama_source(kSeed), options, ctx->world.get());
+  // Rank 0's logits, broadcast, must be this rank's bit for bit.
+  auto expect_same_on_every_rank = [&](const std::vector<float>& mine, const char* what) {
+    std::vector<float> first = mine;
+    ctx->bootstrap->broadcast(first.data(), first.size() * sizeof(float), 0);
+    EXPECT_EQ(std::memcmp(first.data(), mine.data(), mine.size() * sizeof(float)), 0)
+        << what << ": rank " << ctx->rank << " differs from rank 0";
+  };
+  std::vector<int32_t> a_prompt(29), b_prompt(12);
+  for (size_t i = 0; i < a_prompt.size(); ++i) a_prompt[i] = int32_t((i * 53 + 7) % 512);
+  for (size_t i = 0; i < b_prompt.size(); ++i) b_prompt[i] = int32_t((i * 19 + 3) % 512);
+  std::vector<SequenceTokens> g = {{gpu.add_sequence(), a_prompt}, {gpu.add_sequence(), b_prompt}};
+  std::vector<SequenceTokens> r = {{ref.add_sequence(), a_prompt}, {ref.add_sequence(), b_prompt}};
+  std::vector<float> want = ref.forward(r);
+  std::vector<float> got = gpu.forward(g, LogitRows::kAll);
+  expect_close(got, want, "tp prefill");
+  expect_same_on_every_rank(got, "tp prefill");
+  // Teacher-forced: each sequence's next token is the reference's argmax of its last row.
+  std::vector<int64_t> last_rows = {int64_t(a_prompt.size()) - 1,
+                                    int64_t(a_prompt.size() + b_prompt.size()) - 1};
+  for (int step = 0; step < 4; ++step) {
+    for (size_t s = 0; s < g.size(); ++s) {
+      const auto row = want.begin() + std::ptrdiff_t(last_rows[s] * config.vocab_size);
+      g[s].tokens = r[s].tokens = {int32_t(std::max_element(row, row + config.vocab_size) - row)};
+      last_rows[s] = int64_t(s);
+    }
+    want = ref.forward(r);
+    got = gpu.forward(g);
+    expect_close(got, want, "tp decode step");
+    expect_same_on_every_rank(got, "tp decode step");
+  }
+  ctx->bootstrap->barrier();
+  std::fflush(stdout);
+  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
 }
 
 }  // namespace

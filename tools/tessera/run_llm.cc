@@ -8,10 +8,11 @@
 //   cpu:  LlamaModel, float32 reference layers on --tp rank threads.
 // Weights: a --weights safetensors file or directory (Hugging Face names, each rank loading its
 // shard), else random from --seed. --config: a config.json (file or directory), or a preset:
-// tiny (2 layers, hidden 64) or llama3-8b (Llama-3-8B's dimensions; --layers cuts the stack).
+// tiny (2 layers, hidden 64), llama3-8b or llama3-70b (Llama-3-8B's or -70B's dimensions;
+// --layers cuts the stack).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <memory>
 #include <random>
 #include <vector>
@@ -48,12 +49,13 @@ model::DecoderConfig preset(const std::string& name) {
     c.rope_theta = 500000.0;
     return c;
   }
-  // Llama-3-8B (meta-llama/Meta-Llama-3-8B's config.json).
+  // Llama-3-8B and -70B (meta-llama/Meta-Llama-3-{8B,70B}'s config.json).
+  const bool big = name == "llama3-70b";
   c.vocab_size = 128256;
-  c.hidden_size = 4096;
-  c.intermediate_size = 14336;
-  c.num_hidden_layers = 32;
-  c.num_attention_heads = 32;
+  c.hidden_size = big ? 8192 : 4096;
+  c.intermediate_size = big ? 28672 : 14336;
+  c.num_hidden_layers = big ? 80 : 32;
+  c.num_attention_heads = big ? 64 : 32;
   c.num_key_value_heads = 8;
   c.head_dim = 128;
   c.max_position_embeddings = 8192;
@@ -63,7 +65,7 @@ model::DecoderConfig preset(const std::string& name) {
 }
 
 model::DecoderConfig load_config(const std::string& text) {
-  if (text == "tiny" || text == "llama3-8b") return preset(text);
+  if (text == "tiny" || text == "llama3-8b" || text == "llama3-70b") return preset(text);
   const model::ModelConfig config = model::read_model_config(text);
   TESSERA_CHECK_ARG(config.is_decoder(), "--config = '", text, "': a ",
                     model::architecture_name(config.architecture),
@@ -98,7 +100,8 @@ struct LlmArgs {
   int64_t pages_per_seq() const { return (prompt_len() + gen + page - 1) / page; }
 };
 
-model::LlamaTensorSource weight_source(const LlmArgs& a, std::unique_ptr<model::WeightStore>& store) {
+model::LlamaTensorSource weight_source(const LlmArgs& a,
+                                       std::unique_ptr<model::WeightStore>& store) {
   if (a.weights_path.empty()) return model::random_llama_source(a.seed);
   store = std::make_unique<model::WeightStore>(model::WeightStore::open(a.weights_path));
   return model::store_llama_source(*store);
@@ -107,8 +110,8 @@ model::LlamaTensorSource weight_source(const LlmArgs& a, std::unique_ptr<model::
 // Prefill, then greedy decoding of every sequence for `a.gen` tokens; `prefill` and `step` each
 // run one forward and return every input's next token. Times the prefill and each step.
 template <typename Prefill, typename DecodeStep>
-void generate(const LlmArgs& a, RankContext& ctx, LlmRun& run, std::vector<model::SequenceTokens>& inputs,
-              Prefill&& prefill, DecodeStep&& step) {
+void generate(const LlmArgs& a, RankContext& ctx, LlmRun& run,
+              std::vector<model::SequenceTokens>& inputs, Prefill&& prefill, DecodeStep&& step) {
   auto start = std::chrono::steady_clock::now();
   std::vector<int32_t> next = prefill();
   run.prefill_s = max_across_ranks(ctx, seconds_since(start));
@@ -156,13 +159,14 @@ LlmRun run_cpu_rank(const LlmArgs& a, RankContext& ctx) {
     }
     return next;
   };
-  generate(a, ctx, run, inputs,
-           [&] {
-             std::vector<float> logits = m.forward(inputs);
-             if (a.logits) run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
-             return last_tokens(logits);
-           },
-           [&] { return last_tokens(m.forward(inputs)); });
+  generate(
+      a, ctx, run, inputs,
+      [&] {
+        std::vector<float> logits = m.forward(inputs);
+        if (a.logits) run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
+        return last_tokens(logits);
+      },
+      [&] { return last_tokens(m.forward(inputs)); });
   return run;
 }
 
@@ -189,23 +193,24 @@ LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
   m.forward_greedy(inputs);
   for (const auto& in : inputs) m.release_sequence(in.seq_id);
   for (auto& in : inputs) in.seq_id = m.add_sequence();
-  generate(a, ctx, run, inputs,
-           [&] {
-             if (!a.logits) return m.forward_greedy(inputs);
-             std::vector<float> logits = m.forward(inputs, model::LogitRows::kAll);
-             run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
-             std::vector<int32_t> next;
-             for (int64_t s = 0; s < batch; ++s)
-               next.push_back(argmax_row(logits.data() + ((s + 1) * prompt - 1) * vocab, vocab));
-             return next;
-           },
-           [&] { return m.forward_greedy(inputs); });
+  generate(
+      a, ctx, run, inputs,
+      [&] {
+        if (!a.logits) return m.forward_greedy(inputs);
+        std::vector<float> logits = m.forward(inputs, model::LogitRows::kAll);
+        run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
+        std::vector<int32_t> next;
+        for (int64_t s = 0; s < batch; ++s)
+          next.push_back(argmax_row(logits.data() + ((s + 1) * prompt - 1) * vocab, vocab));
+        return next;
+      },
+      [&] { return m.forward_greedy(inputs); });
   // A decode step reads every weight once and each sequence's cached keys and values (at the
   // middle of the generation: the median step's context).
   const int64_t context = prompt + a.gen / 2;
   const model::LlamaShapes& s = m.shapes();
-  run.bytes_per_step = double(m.weight_bytes()) + double(batch * context * s.num_layers * 2 *
-                                                         s.kv_width() * 2);
+  run.bytes_per_step =
+      double(m.weight_bytes()) + double(batch * context * s.num_layers * 2 * s.kv_width() * 2);
   run.hbm_gbps = measure_hbm_read_gbps(m.stream());
   run.roofline_fraction =
       run.tpot_s > 0 ? run.bytes_per_step / (run.hbm_gbps * 1e9) / run.tpot_s : 0;
@@ -214,7 +219,8 @@ LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
 
 int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   Options opt("run llm",
-              {{"config", "tiny", "config.json (file or directory), or a preset: tiny, llama3-8b"},
+              {{"config", "tiny",
+                "config.json (file or directory), or a preset: tiny, llama3-8b, llama3-70b"},
                {"weights", "", "safetensors file or directory (default: random from --seed)"},
                {"layers", "0", "decoder layers to run (0: the configuration's)"},
                {"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
@@ -227,8 +233,9 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
                {"prompt-tokens", "", "comma list of prompt token ids (batch 1; default: random)"},
                {"graphs", "1", "cuda: replay decode steps from CUDA graphs (0: eager)"},
                {"fused-decode", "0", "cuda: decode steps through the fused attention-block kernel"},
-               {"logits-out", "", "write sequence 0's prefill logits [prompt, vocab] and its "
-                                  "generated tokens to this safetensors file"},
+               {"logits-out", "",
+                "write sequence 0's prefill logits [prompt, vocab] and its "
+                "generated tokens to this safetensors file"},
                {"json", "", "write the records to this JSON file"}});
   opt.parse(args);
   if (opt.help_requested()) {
@@ -241,11 +248,12 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   if (layers > 0) a.config.num_hidden_layers = layers;
   const int tp = int(opt.integer("tp", 1, 64));
   std::vector<int32_t> given;
-  for (const std::string& t : opt.text("prompt-tokens").empty() ? std::vector<std::string>{}
-                                                                 : opt.list("prompt-tokens"))
+  for (const std::string& t :
+       opt.text("prompt-tokens").empty() ? std::vector<std::string>{} : opt.list("prompt-tokens"))
     given.push_back(int32_t(parse_integer(t, "--prompt-tokens", 0, a.config.vocab_size - 1)));
   const int64_t batch = given.empty() ? opt.integer("batch", 1, 4096) : 1,
-                prompt = given.empty() ? opt.integer("prompt-len", 1, 1 << 20) : int64_t(given.size());
+                prompt =
+                    given.empty() ? opt.integer("prompt-len", 1, 1 << 20) : int64_t(given.size());
   a.gen = opt.integer("gen", 0, 1 << 20);
   a.page = opt.integer("page-size", 1, 1 << 16);
   a.seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
@@ -256,7 +264,8 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   a.prompts.assign(size_t(batch), {});
   std::mt19937_64 rng(a.seed);
   for (auto& p : a.prompts) {
-    for (int64_t t = 0; t < prompt; ++t) p.push_back(int32_t(rng() % uint64_t(a.config.vocab_size)));
+    for (int64_t t = 0; t < prompt; ++t)
+      p.push_back(int32_t(rng() % uint64_t(a.config.vocab_size)));
   }
   if (!given.empty()) a.prompts[0] = given;
 
@@ -272,14 +281,15 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
     std::vector<BenchRecord> records;
     const int64_t steps = a.gen > 1 ? a.gen - 1 : 0;
     const double tokens_per_s = run.tpot_s > 0 ? double(batch) / run.tpot_s : 0;
-    std::printf("# tessera run llm: %s, %lld layers, tp %d (%s), batch %lld, prompt %lld, gen %lld\n",
-                model_name.c_str(), static_cast<long long>(a.config.num_hidden_layers), tp,
-                on_cuda ? "cuda bf16" : "cpu f32", static_cast<long long>(batch),
-                static_cast<long long>(prompt), static_cast<long long>(a.gen));
-    std::printf("  prefill          %10.2f ms\n  per output token %10.3f ms (median of %lld steps)\n"
-                "  decode tokens/s  %10.1f\n",
-                1000.0 * run.prefill_s, 1000.0 * run.tpot_s, static_cast<long long>(steps),
-                tokens_per_s);
+    std::printf(
+        "# tessera run llm: %s, %lld layers, tp %d (%s), batch %lld, prompt %lld, gen %lld\n",
+        model_name.c_str(), static_cast<long long>(a.config.num_hidden_layers), tp,
+        on_cuda ? "cuda bf16" : "cpu f32", static_cast<long long>(batch),
+        static_cast<long long>(prompt), static_cast<long long>(a.gen));
+    std::printf(
+        "  prefill          %10.2f ms\n  per output token %10.3f ms (median of %lld steps)\n"
+        "  decode tokens/s  %10.1f\n",
+        1000.0 * run.prefill_s, 1000.0 * run.tpot_s, static_cast<long long>(steps), tokens_per_s);
     if (on_cuda && run.tpot_s > 0)
       std::printf("  decode roofline  %10.1f%% (%.2f GB per step at %.0f GB/s measured)\n",
                   100.0 * run.roofline_fraction, run.bytes_per_step * 1e-9, run.hbm_gbps);
@@ -290,9 +300,9 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
       const std::vector<int64_t> logits_dims = {prompt, int64_t(a.config.vocab_size)};
       const std::vector<int64_t> token_dims = {int64_t(run.generated[0].size())};
       const std::vector<model::NamedTensor> out = {
-          {"prefill_logits", TensorView::contiguous(const_cast<float*>(run.prefill_logits.data()),
-                                                    DType::kF32, Device::cpu(),
-                                                    logits_dims.data(), 2)},
+          {"prefill_logits",
+           TensorView::contiguous(const_cast<float*>(run.prefill_logits.data()), DType::kF32,
+                                  Device::cpu(), logits_dims.data(), 2)},
           {"generated", TensorView::contiguous(const_cast<int32_t*>(run.generated[0].data()),
                                                DType::kI32, Device::cpu(), token_dims.data(), 1)}};
       model::write_safetensors(opt.text("logits-out"), out);
@@ -300,7 +310,8 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
     for (const bool prefill : {true, false}) {
       BenchRecord rec;
       rec.bench = "llm";
-      rec.case_name = str(model_name, " b", batch, " ctx", prompt, prefill ? " prefill" : " decode");
+      rec.case_name =
+          str(model_name, " b", batch, " ctx", prompt, prefill ? " prefill" : " decode");
       rec.impl = !prefill && a.fused_decode ? "tessera fused decode" : "tessera";
       rec.gpu = run.gpu;
       rec.num_gpus = on_cuda ? tp : 0;

@@ -44,6 +44,15 @@ class Backoff {
   std::chrono::microseconds sleep_{10};
 };
 
+// Blocking communicators launch each collective on the calling thread; non-blocking ones (the
+// default) hand every launch to a thread NCCL creates for it, which the caller then polls. The
+// knob exists to measure what that costs per call (docs/PERF.md); blocking calls are not bounded
+// by TESSERA_TIMEOUT_MS where NCCL waits for a peer on the host (lazy connection setup).
+const Param<bool> kNcclBlocking(
+    "TESSERA_NCCL_BLOCKING", false,
+    "1: blocking NCCL communicators (no launch thread per collective; host waits inside NCCL are "
+    "not bounded by TESSERA_TIMEOUT_MS)");
+
 Clock::time_point deadline_after_timeout() {
   return Clock::now() + std::chrono::milliseconds(std::max<int64_t>(1, wait_timeout_ms()));
 }
@@ -128,7 +137,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create_world(Bootstrap& boot
                 "ncclGetUniqueId failed on rank 0: ", ncclGetErrorString(message.status));
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = kNcclBlocking.get() ? 1 : 0;
   ncclComm_t comm = nullptr;
   ncclResult_t result = ncclCommInitRankConfig(&comm, size, message.id, rank, &config);
   if (result != ncclSuccess && result != ncclInProgress) {
@@ -497,7 +506,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   }
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = kNcclBlocking.get() ? 1 : 0;
   ncclComm_t child = nullptr;
   ++op_count_;
   last_op_ = str("split into '", name, "' #", op_count_);
