@@ -130,8 +130,8 @@ struct LlamaGpuModel::Impl {
   PageAllocator pages;
 
   Tensor x, residual, h, qkv, attn, gate_up, act, partial;  // [max_tokens, width]
-  Tensor xr, rr, hr, logits, next;                           // [max_logit_rows, ...]
-  Tensor partial_o, partial_lse;                             // split-KV workspace
+  Tensor xr, rr, hr, logits, next;                          // [max_logit_rows, ...]
+  Tensor partial_o, partial_lse;                            // split-KV workspace
   // Step inputs, i32: ids, positions, slots [max_tokens]; logit rows [max_logit_rows];
   // seq_pos [max_batch]; page table [max_batch, pages_per_seq].
   Tensor step_i32;
@@ -172,8 +172,9 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
   positive(o.max_batch, "max_batch");
   positive(o.max_context, "max_context");
   positive(o.max_logit_rows, "max_logit_rows");
-  TESSERA_CHECK_ARG(o.device >= 0 && o.device < cuda_device_count(), "LlamaGpuOptions.device = ",
-                    o.device, ": expected 0 to ", cuda_device_count() - 1, " (visible GPUs)");
+  TESSERA_CHECK_ARG(o.device >= 0 && o.device < cuda_device_count(),
+                    "LlamaGpuOptions.device = ", o.device, ": expected 0 to ",
+                    cuda_device_count() - 1, " (visible GPUs)");
   const int64_t d = shapes.head_dim, group = shapes.q_heads / shapes.kv_heads;
   TESSERA_CHECK((d == 64 || d == 128) && detail::cuda_split_kv_supported(int(d), int(group)),
                 ErrorCode::kUnsupported, "LlamaGpuModel: head_dim = ", d, " with ", group,
@@ -189,8 +190,8 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
   const LlamaWeights globals = load_llama_weights(c, source, shapes.rank, shapes.ranks, false);
   embed = upload(to_bits({&globals.embed}, o.dtype), {v, cw}, false);
   final_norm = upload(to_bits({&globals.final_norm}, o.dtype), {cw});
-  lm_head = c.tie_word_embeddings ? embed
-                                  : upload(to_bits({&globals.lm_head}, o.dtype), {v, cw}, false);
+  lm_head =
+      c.tie_word_embeddings ? embed : upload(to_bits({&globals.lm_head}, o.dtype), {v, cw}, false);
   weight_bytes += v * cw * int64_t(dtype_size(o.dtype));  // lm_head, read every step
   // Layers drawn or read and rounded on worker threads, a group at a time, uploaded in order.
   const int64_t workers = std::max(1u, std::thread::hardware_concurrency());
@@ -275,11 +276,21 @@ const gemm::Gemm& LlamaGpuModel::Impl::linear(LinearKind kind, int64_t m) {
     s.dtype = s.out_dtype = opts.dtype;
     s.weight_nk = true;
     switch (kind) {
-      case LinearKind::kQkv: s.n = qkv_width, s.k = c, s.bias = config.qkv_bias; break;
-      case LinearKind::kO: s.n = c, s.k = qw; break;
-      case LinearKind::kGateUp: s.n = 2 * f, s.k = c; break;
-      case LinearKind::kDown: s.n = c, s.k = f; break;
-      case LinearKind::kHead: s.n = shapes.vocab, s.k = c, s.out_dtype = DType::kF32; break;
+      case LinearKind::kQkv:
+        s.n = qkv_width, s.k = c, s.bias = config.qkv_bias;
+        break;
+      case LinearKind::kO:
+        s.n = c, s.k = qw;
+        break;
+      case LinearKind::kGateUp:
+        s.n = 2 * f, s.k = c;
+        break;
+      case LinearKind::kDown:
+        s.n = c, s.k = f;
+        break;
+      case LinearKind::kHead:
+        s.n = shapes.vocab, s.k = c, s.out_dtype = DType::kF32;
+        break;
     }
     slot = std::make_unique<gemm::Gemm>(s, device, gemm::GemmImpl::kAuto);
   }
@@ -293,9 +304,9 @@ void LlamaGpuModel::Impl::run_linear(LinearKind kind, const TensorView& a, const
 
 Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows which) {
   TESSERA_CHECK_ARG(!inputs.empty(), "LlamaGpuModel::forward: inputs: expected >= 1 sequence");
-  TESSERA_CHECK_ARG(int64_t(inputs.size()) <= opts.max_batch, "LlamaGpuModel::forward: ",
-                    inputs.size(), " inputs: expected at most LlamaGpuOptions.max_batch = ",
-                    opts.max_batch);
+  TESSERA_CHECK_ARG(int64_t(inputs.size()) <= opts.max_batch,
+                    "LlamaGpuModel::forward: ", inputs.size(),
+                    " inputs: expected at most LlamaGpuOptions.max_batch = ", opts.max_batch);
   Step step;
   std::set<int64_t> seen;
   int64_t pages_needed = 0;
@@ -323,8 +334,8 @@ Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows
                       ": expected at most LlamaGpuOptions.max_context = ", opts.max_context);
     pages_needed += pages.pages_to_extend(in.seq_id, n);
     if (n == 1) {
-      if (!step.decodes.empty() && step.decodes.back().first_input + step.decodes.back().count ==
-                                       int64_t(i))
+      if (!step.decodes.empty() &&
+          step.decodes.back().first_input + step.decodes.back().count == int64_t(i))
         ++step.decodes.back().count;
       else
         step.decodes.push_back({int64_t(i), 1, step.tokens});
@@ -334,16 +345,14 @@ Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows
     step.tokens += n;
   }
   TESSERA_CHECK_ARG(step.tokens <= opts.max_tokens, "LlamaGpuModel::forward: ", step.tokens,
-                    " new tokens: expected at most LlamaGpuOptions.max_tokens = ",
-                    opts.max_tokens);
+                    " new tokens: expected at most LlamaGpuOptions.max_tokens = ", opts.max_tokens);
   step.logit_rows = which == LogitRows::kAll ? step.tokens : int64_t(inputs.size());
-  TESSERA_CHECK_ARG(step.logit_rows <= opts.max_logit_rows, "LlamaGpuModel::forward: logits of ",
-                    step.logit_rows, " rows: expected at most LlamaGpuOptions.max_logit_rows = ",
-                    opts.max_logit_rows);
+  TESSERA_CHECK_ARG(
+      step.logit_rows <= opts.max_logit_rows, "LlamaGpuModel::forward: logits of ", step.logit_rows,
+      " rows: expected at most LlamaGpuOptions.max_logit_rows = ", opts.max_logit_rows);
   TESSERA_CHECK_ARG(pages_needed <= pages.free_pages(),
-                    "LlamaGpuModel::forward: out of KV cache pages: the batch needs ",
-                    pages_needed, " more, ", pages.free_pages(), " of ", pages.num_pages(),
-                    " are free");
+                    "LlamaGpuModel::forward: out of KV cache pages: the batch needs ", pages_needed,
+                    " more, ", pages.free_pages(), " of ", pages.num_pages(), " are free");
   // Checked: now cache the positions and fill the step's inputs.
   int64_t row = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -427,8 +436,7 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
   const float eps = float(config.rms_norm_eps);
   const TensorView xs = rows(x, t), res = rows(residual, t), hs = rows(h, t);
   rms_norm(xs, {res, res}, w.input_norm, eps, hs, stream);
-  const decode::AttentionBlock* block =
-      step.prefills.empty() ? fused_block(step.tokens) : nullptr;
+  const decode::AttentionBlock* block = step.prefills.empty() ? fused_block(step.tokens) : nullptr;
   if (block != nullptr) {
     // One kernel from h to the output projection; positions are the tokens cached before.
     const int64_t ps = opts.cache.page_size, pages_total = opts.cache.num_pages;
@@ -479,8 +487,8 @@ void LlamaGpuModel::Impl::attend(int64_t l, const Step& step) {
                v_table(l), stream);
   for (const Prefill& p : step.prefills) {
     auto seq = [&](const TensorView& part, int64_t count) {
-      return TensorView(static_cast<uint16_t*>(part.data()) + p.first_row * qkv_width,
-                        opts.dtype, device, {1, p.num_tokens, count, d},
+      return TensorView(static_cast<uint16_t*>(part.data()) + p.first_row * qkv_width, opts.dtype,
+                        device, {1, p.num_tokens, count, d},
                         {p.num_tokens * qkv_width, qkv_width, d, 1});
     };
     const TensorView o(attn.data_as<uint16_t>() + p.first_row * qw, opts.dtype, device,
@@ -555,8 +563,11 @@ void LlamaGpuModel::Impl::run_step(const Step& step) {
 void LlamaGpuModel::Impl::execute(const Step& step, size_t inputs) {
   upload_step(step, inputs);
 #ifdef TESSERA_WITH_CUDA
-  const bool graphable = opts.cuda_graphs && comm == nullptr && step.prefills.empty() &&
-                         step.decodes.size() == 1 && step.logit_rows == step.tokens;
+  // Under tensor parallelism the all-reduces are captured too; every rank captures and replays
+  // at the same steps, since every rank runs the same batches.
+  const bool graphable = opts.cuda_graphs && (comm == nullptr || comm->graph_capturable()) &&
+                         step.prefills.empty() && step.decodes.size() == 1 &&
+                         step.logit_rows == step.tokens;
   if (graphable) {
     const int64_t b = step.tokens;
     auto it = graphs.find(b);
@@ -578,13 +589,27 @@ LlamaGpuModel::LlamaGpuModel(const DecoderConfig& config, const LlamaTensorSourc
 
 LlamaGpuModel::~LlamaGpuModel() = default;
 
-const LlamaShapes& LlamaGpuModel::shapes() const { return impl_->shapes; }
-const LlamaGpuOptions& LlamaGpuModel::options() const { return impl_->opts; }
-const Stream& LlamaGpuModel::stream() const { return impl_->stream; }
-int64_t LlamaGpuModel::weight_bytes() const { return impl_->weight_bytes; }
-int64_t LlamaGpuModel::add_sequence() { return impl_->pages.add_sequence(); }
-void LlamaGpuModel::release_sequence(int64_t seq_id) { impl_->pages.release_sequence(seq_id); }
-int64_t LlamaGpuModel::length(int64_t seq_id) const { return impl_->pages.length(seq_id); }
+const LlamaShapes& LlamaGpuModel::shapes() const {
+  return impl_->shapes;
+}
+const LlamaGpuOptions& LlamaGpuModel::options() const {
+  return impl_->opts;
+}
+const Stream& LlamaGpuModel::stream() const {
+  return impl_->stream;
+}
+int64_t LlamaGpuModel::weight_bytes() const {
+  return impl_->weight_bytes;
+}
+int64_t LlamaGpuModel::add_sequence() {
+  return impl_->pages.add_sequence();
+}
+void LlamaGpuModel::release_sequence(int64_t seq_id) {
+  impl_->pages.release_sequence(seq_id);
+}
+int64_t LlamaGpuModel::length(int64_t seq_id) const {
+  return impl_->pages.length(seq_id);
+}
 
 std::vector<float> LlamaGpuModel::forward(std::span<const SequenceTokens> inputs, LogitRows rows) {
   const Step step = impl_->pack(inputs, rows);
@@ -606,10 +631,9 @@ std::vector<int32_t> LlamaGpuModel::forward_greedy(std::span<const SequenceToken
 
 std::vector<int32_t> LlamaGpuModel::generate_greedy(const std::vector<int32_t>& prompt,
                                                     int64_t steps) {
-  return detail::generate_greedy(*this, prompt, steps, "LlamaGpuModel::generate_greedy",
-                                 [&](std::span<const SequenceTokens> input) {
-                                   return forward_greedy(input)[0];
-                                 });
+  return detail::generate_greedy(
+      *this, prompt, steps, "LlamaGpuModel::generate_greedy",
+      [&](std::span<const SequenceTokens> input) { return forward_greedy(input)[0]; });
 }
 
 }  // namespace tessera::model

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -21,10 +22,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 // A kernel that loads and stores through peer pointers, for the peer_ptr test (internal API).
 #include "../../src/comm/cuda/cuda_heap.h"
+#include "../../src/comm/cuda/host_call_watchdog.h"
 #include "../../src/comm/cuda/paced_copy.h"
 #include "gpu/gpu_workers.h"
 #include "tessera/comm/bootstrap.h"
@@ -83,6 +86,48 @@ TEST(CommGpu, HeapBarrierTimeoutIpc) {
 TEST(CommGpu, NcclSynchronizeTimeout) {
   REQUIRE_GPUS(2);
   run_workers("NcclSynchronizeTimeout", num_gpus_for_test());
+}
+// A host call armed past TESSERA_TIMEOUT_MS ends the process with status 124 and a message
+// naming the call, rank and group; a disarmed one is left alone.
+TEST(CommGpu, HostCallWatchdogEndsAStuckCall) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  kWaitTimeoutMs.override(200);
+  EXPECT_EXIT(
+      {
+        cuda_comm::HostCallWatchdog watchdog("rank 1 on group 'tp' (2 ranks)");
+        watchdog.arm("all_gather", 7);
+        std::this_thread::sleep_for(std::chrono::seconds(10));
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(124),
+      "rank 1 on group 'tp' \\(2 ranks\\): all_gather #7 has waited inside NCCL on the host");
+  {
+    cuda_comm::HostCallWatchdog watchdog("rank 0 on group 'tp' (2 ranks)");
+    watchdog.arm("all_gather", 8);
+    watchdog.disarm();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // still running: not fired
+  }
+  kWaitTimeoutMs.clear_override();
+}
+// A peer that never takes part in a first, lazily connected use (a send to a rank that never
+// receives): the waiting rank ends within the bound instead of hanging, either by the host call
+// watchdog (status 124) or, where NCCL returns from the send, by synchronize's kTimeout (3).
+TEST(CommGpu, FirstUseWithAnAbsentPeerIsBounded) {
+  REQUIRE_GPUS(2);
+  std::vector<std::string> args = {
+      testing::self_executable(), "--gtest_filter=CommGpuWorker.FirstUseWithAnAbsentPeerIsBounded"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  const int status =
+      launch_local_workers(2, int(args.size()), argv.data(), {{"TESSERA_TIMEOUT_MS", "1000"}});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(status == 124 || status == 3) << "worker status " << status;
+  EXPECT_LT(seconds, 30.0);
+  std::printf("absent peer: status %d (%s) after %.1f s\n", status,
+              status == 124 ? "host call watchdog" : "synchronize's kTimeout", seconds);
 }
 TEST(CommGpu, EmulatedTwoMachines) {
   REQUIRE_GPUS(2);
@@ -626,6 +671,28 @@ TEST(CommGpuWorker, NcclSynchronizeTimeout) {
     }
   }
   exit_worker_now(*ctx);
+}
+
+TEST(CommGpuWorker, FirstUseWithAnAbsentPeerIsBounded) {
+  WORKER_ONLY();
+  ContextOptions options;
+  options.create_heap = false;
+  auto ctx = make_context(options);
+  if (ctx->rank == 0) {  // never receives; outlives rank 1's bound, then leaves
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  Tensor data = device_tensor(1024, DType::kF32, *ctx);
+  try {
+    ctx->world->send(data, 0, ctx->stream);
+    ctx->world->synchronize(ctx->stream);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", ctx->rank, e.what());
+    std::fflush(stderr);
+    std::_Exit(e.code() == ErrorCode::kTimeout ? 3 : 1);
+  }
+  std::_Exit(1);  // the send completed without a receiver
 }
 
 // ------------------------------------- emulated machines ------------------------------------

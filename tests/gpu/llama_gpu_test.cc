@@ -171,8 +171,9 @@ TEST_F(LlamaGpu, RefusesWhatItDoesNotRunNamingIt) {
 }
 
 // Tensor parallel over two ranks, one GPU each: the sharded heads and MLP columns, row-parallel
-// projections all-reduced by NCCL. Prefill, teacher-forced decode and a batch of two sequences
-// against the float32 reference; rank 1's logits bitwise rank 0's.
+// projections all-reduced by NCCL. Prefill and teacher-forced decode of two sequences against
+// the float32 reference; rank 1's logits bitwise rank 0's; decode steps replayed from CUDA
+// graphs (all-reduces captured) bitwise the eager ones.
 TEST(LlamaGpuTp, TwoRanksMatchTheReference) {
   TESSERA_REQUIRE_GPUS(testing::gpus_for_test(2), 2);
   testing::run_gpu_workers("LlamaGpuTpWorker", "TwoRanksMatchTheReference", 2, 120000);
@@ -184,10 +185,6 @@ TEST(LlamaGpuTpWorker, TwoRanksMatchTheReference) {
   context_options.create_heap = false;
   auto ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), context_options);
   const DecoderConfig config = small_config();
-  LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
-  LlamaGpuOptions options = small_options();
-  options.device = ctx->device.index;
-  LlamaGpuModel gpu(config, random_llama_source(kSeed), options, ctx->world.get());
   // Rank 0's logits, broadcast, must be this rank's bit for bit.
   auto expect_same_on_every_rank = [&](const std::vector<float>& mine, const char* what) {
     std::vector<float> first = mine;
@@ -195,29 +192,44 @@ TEST(LlamaGpuTpWorker, TwoRanksMatchTheReference) {
     EXPECT_EQ(std::memcmp(first.data(), mine.data(), mine.size() * sizeof(float)), 0)
         << what << ": rank " << ctx->rank << " differs from rank 0";
   };
-  std::vector<int32_t> a_prompt(29), b_prompt(12);
-  for (size_t i = 0; i < a_prompt.size(); ++i) a_prompt[i] = int32_t((i * 53 + 7) % 512);
-  for (size_t i = 0; i < b_prompt.size(); ++i) b_prompt[i] = int32_t((i * 19 + 3) % 512);
-  std::vector<SequenceTokens> g = {{gpu.add_sequence(), a_prompt}, {gpu.add_sequence(), b_prompt}};
-  std::vector<SequenceTokens> r = {{ref.add_sequence(), a_prompt}, {ref.add_sequence(), b_prompt}};
-  std::vector<float> want = ref.forward(r);
-  std::vector<float> got = gpu.forward(g, LogitRows::kAll);
-  expect_close(got, want, "tp prefill");
-  expect_same_on_every_rank(got, "tp prefill");
-  // Teacher-forced: each sequence's next token is the reference's argmax of its last row.
-  std::vector<int64_t> last_rows = {int64_t(a_prompt.size()) - 1,
-                                    int64_t(a_prompt.size() + b_prompt.size()) - 1};
-  for (int step = 0; step < 4; ++step) {
-    for (size_t s = 0; s < g.size(); ++s) {
-      const auto row = want.begin() + std::ptrdiff_t(last_rows[s] * config.vocab_size);
-      g[s].tokens = r[s].tokens = {int32_t(std::max_element(row, row + config.vocab_size) - row)};
-      last_rows[s] = int64_t(s);
+  // Prefill two prompts, then six teacher-forced decode steps of both (with graphs: steps 0
+  // eager, 1 captured, 2-5 replayed, all-reduces included); returns every logit.
+  auto run = [&](bool graphs) {
+    LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
+    LlamaGpuOptions options = small_options(graphs);
+    options.device = ctx->device.index;
+    LlamaGpuModel gpu(config, random_llama_source(kSeed), options, ctx->world.get());
+    std::vector<int32_t> a_prompt(29), b_prompt(12);
+    for (size_t i = 0; i < a_prompt.size(); ++i) a_prompt[i] = int32_t((i * 53 + 7) % 512);
+    for (size_t i = 0; i < b_prompt.size(); ++i) b_prompt[i] = int32_t((i * 19 + 3) % 512);
+    std::vector<SequenceTokens> g = {{gpu.add_sequence(), a_prompt},
+                                     {gpu.add_sequence(), b_prompt}};
+    std::vector<SequenceTokens> r = {{ref.add_sequence(), a_prompt},
+                                     {ref.add_sequence(), b_prompt}};
+    std::vector<float> want = ref.forward(r);
+    std::vector<float> all = gpu.forward(g, LogitRows::kAll);
+    expect_close(all, want, "tp prefill");
+    expect_same_on_every_rank(all, "tp prefill");
+    // Teacher-forced: each sequence's next token is the reference's argmax of its last row.
+    std::vector<int64_t> last_rows = {int64_t(a_prompt.size()) - 1,
+                                      int64_t(a_prompt.size() + b_prompt.size()) - 1};
+    for (int step = 0; step < 6; ++step) {
+      for (size_t s = 0; s < g.size(); ++s) {
+        const auto row = want.begin() + std::ptrdiff_t(last_rows[s] * config.vocab_size);
+        g[s].tokens = r[s].tokens = {int32_t(std::max_element(row, row + config.vocab_size) - row)};
+        last_rows[s] = int64_t(s);
+      }
+      want = ref.forward(r);
+      const std::vector<float> got = gpu.forward(g);
+      expect_close(got, want, "tp decode step");
+      expect_same_on_every_rank(got, "tp decode step");
+      all.insert(all.end(), got.begin(), got.end());
     }
-    want = ref.forward(r);
-    got = gpu.forward(g);
-    expect_close(got, want, "tp decode step");
-    expect_same_on_every_rank(got, "tp decode step");
-  }
+    return all;
+  };
+  const std::vector<float> eager = run(false);
+  EXPECT_TRUE(eager == run(true)) << "rank " << ctx->rank
+                                  << ": graph replay under tensor parallelism differs from eager";
   ctx->bootstrap->barrier();
   std::fflush(stdout);
   std::_Exit(::testing::Test::HasFailure() ? 1 : 0);

@@ -53,6 +53,10 @@ class Communicator {
   // the ranks that had not arrived where the backend can tell.
   virtual void synchronize(const Stream& s) = 0;
 
+  // Whether this communicator's collectives may be captured into a CUDA graph (and replayed
+  // there, in the same order on every rank).
+  virtual bool graph_capturable() const { return false; }
+
   // Collective over this communicator: ranks with the same `color` form a new group, ordered
   // by `key` (then rank). color < 0: not a member; returns nullptr.
   virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& name) = 0;

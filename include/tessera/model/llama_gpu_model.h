@@ -51,7 +51,9 @@ struct LlamaGpuOptions {
   int64_t max_batch = 64;       // inputs of one forward()
   int64_t max_context = 4096;   // the longest a sequence grows (decode's split-KV plan)
   int64_t max_logit_rows = 64;  // rows one forward() returns logits for
-  bool cuda_graphs = true;      // replay decode-only batches from CUDA graphs (one rank only)
+  // Replay decode-only batches from CUDA graphs (with tensor parallelism where the
+  // communicator's collectives can be captured: Communicator::graph_capturable).
+  bool cuda_graphs = true;
   // Decode-only batches through the fused attention-block kernel (decode/attention_block.h)
   // where it takes the model. Off by default: on an H100 it measured slower than the layer's own
   // operations for Llama-3-8B at context 4096 (docs/PERF.md).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "comm/cuda/host_call_watchdog.h"
 #include "comm/cuda/nccl_check.h"
 #include "comm/cuda/signal_kernels.h"
 #include "tessera/comm/emulation.h"
@@ -44,17 +45,22 @@ class Backoff {
   std::chrono::microseconds sleep_{10};
 };
 
-// Blocking communicators launch each collective on the calling thread; non-blocking ones (the
-// default) hand every launch to a thread NCCL creates for it, which the caller then polls. The
-// knob exists to measure what that costs per call (docs/PERF.md); blocking calls are not bounded
-// by TESSERA_TIMEOUT_MS where NCCL waits for a peer on the host (lazy connection setup).
-const Param<bool> kNcclBlocking(
-    "TESSERA_NCCL_BLOCKING", false,
-    "1: blocking NCCL communicators (no launch thread per collective; host waits inside NCCL are "
-    "not bounded by TESSERA_TIMEOUT_MS)");
+// Communicators are blocking unless asked otherwise (host_call_watchdog.h says why).
+const Param<bool> kNcclNonblocking(
+    "TESSERA_NCCL_NONBLOCKING", false,
+    "1: non-blocking NCCL communicators: every host wait inside NCCL is polled and throws "
+    "kTimeout, "
+    "at the cost of a launch thread per collective (60-80 us on H100s); 0: blocking ones, "
+    "bounded by a watchdog that ends the process");
 
 Clock::time_point deadline_after_timeout() {
   return Clock::now() + std::chrono::milliseconds(std::max<int64_t>(1, wait_timeout_ms()));
+}
+
+// A watchdog for a blocking communicator; none for a non-blocking one (its waits are polled).
+std::unique_ptr<HostCallWatchdog> make_watchdog(const ncclConfig_t& config, std::string who) {
+  if (config.blocking == 0) return nullptr;
+  return std::make_unique<HostCallWatchdog>(std::move(who));
 }
 
 }  // namespace
@@ -137,9 +143,15 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create_world(Bootstrap& boot
                 "ncclGetUniqueId failed on rank 0: ", ncclGetErrorString(message.status));
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = kNcclBlocking.get() ? 1 : 0;
+  config.blocking = kNcclNonblocking.get() ? 0 : 1;
   ncclComm_t comm = nullptr;
-  ncclResult_t result = ncclCommInitRankConfig(&comm, size, message.id, rank, &config);
+  std::unique_ptr<HostCallWatchdog> watchdog =
+      make_watchdog(config, str("rank ", rank, " on group '", name, "' (", size, " ranks)"));
+  ncclResult_t result;
+  {
+    WatchdogScope scope(watchdog.get(), "NCCL communicator init", 1);
+    result = ncclCommInitRankConfig(&comm, size, message.id, rank, &config);
+  }
   if (result != ncclSuccess && result != ncclInProgress) {
     std::string text = nccl_error_text(result, comm);
     if (comm) ncclCommAbort(comm);
@@ -150,7 +162,7 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create_world(Bootstrap& boot
   for (int r = 0; r < size; ++r) global_ranks[r] = r;
   // The object owns comm from here on, so every failure below releases it.
   std::unique_ptr<NcclCommunicator> communicator(
-      new NcclCommunicator(comm, device, rank, std::move(global_ranks), name));
+      new NcclCommunicator(comm, device, rank, std::move(global_ranks), name, std::move(watchdog)));
   communicator->wait_ready(
       comm, str("init of NCCL communicator '", name, "'"),
       str("rank ", rank, ": NCCL communicator '", name, "' init did not complete in ",
@@ -161,13 +173,15 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::create_world(Bootstrap& boot
 }
 
 NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, int rank,
-                                   std::vector<int> global_ranks, std::string name)
+                                   std::vector<int> global_ranks, std::string name,
+                                   std::unique_ptr<HostCallWatchdog> watchdog)
     : comm_(comm),
       device_(device),
       rank_(rank),
       size_(int(global_ranks.size())),
       global_ranks_(std::move(global_ranks)),
-      name_(std::move(name)) {
+      name_(std::move(name)),
+      watchdog_(std::move(watchdog)) {
   try {
     TESSERA_CUDA_CHECK(cudaSetDevice(device_));
     TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&sync_event_, cudaEventDisableTiming));
@@ -191,6 +205,7 @@ NcclCommunicator::NcclCommunicator(ncclComm_t comm, int device, int rank,
 NcclCommunicator::~NcclCommunicator() {
   if (comm_) {
     // Finalize flushes outstanding work (bounded), then destroy; abort when that fails.
+    WatchdogScope scope(watchdog_.get(), "NCCL communicator finalize", op_count_ + 1);
     ncclResult_t state = ncclCommFinalize(comm_);
     if (state == ncclSuccess || state == ncclInProgress) {
       const auto deadline = deadline_after_timeout();
@@ -242,6 +257,7 @@ cudaStream_t NcclCommunicator::begin_op(const Stream& s, const char* op) {
   check_usable(op);
   cudaStream_t stream = stream_of(s, op);
   ++op_count_;
+  current_op_ = op;
   last_op_ = str(op, " #", op_count_);
   return stream;
 }
@@ -302,6 +318,16 @@ void NcclCommunicator::finish_call(ncclResult_t result, const char* op) {
                   "' failed: ", nccl_error_text(result, comm_)));
 }
 
+template <typename Call>
+void NcclCommunicator::enqueue(const char* nccl_call, Call&& call) {
+  ncclResult_t result;
+  {
+    WatchdogScope scope(watchdog_.get(), current_op_, op_count_);
+    result = call();
+  }
+  finish_call(result, nccl_call);
+}
+
 void NcclCommunicator::all_to_all(const TensorView& send, const TensorView& recv, const Stream& s) {
   check_usable("all_to_all");
   check_tensor(send, "all_to_all", "send");
@@ -314,9 +340,9 @@ void NcclCommunicator::all_to_all(const TensorView& send, const TensorView& recv
                     " elements; expected at least send's ", send.numel());
   cudaStream_t stream = begin_op(s, "all_to_all");
   const size_t count = size_t(send.numel() / size_);
-  finish_call(
-      ncclAlltoAll(send.data(), recv.data(), count, nccl_dtype(send.dtype()), comm_, stream),
-      "ncclAlltoAll");
+  enqueue("ncclAlltoAll", [&] {
+    return ncclAlltoAll(send.data(), recv.data(), count, nccl_dtype(send.dtype()), comm_, stream);
+  });
 }
 
 void NcclCommunicator::all_gather(const TensorView& send, const TensorView& recv, const Stream& s) {
@@ -328,9 +354,10 @@ void NcclCommunicator::all_gather(const TensorView& send, const TensorView& recv
                     " elements; expected at least group size ", size_, " x send's ", send.numel(),
                     " = ", send.numel() * size_);
   cudaStream_t stream = begin_op(s, "all_gather");
-  finish_call(ncclAllGather(send.data(), recv.data(), size_t(send.numel()),
-                            nccl_dtype(send.dtype()), comm_, stream),
-              "ncclAllGather");
+  enqueue("ncclAllGather", [&] {
+    return ncclAllGather(send.data(), recv.data(), size_t(send.numel()), nccl_dtype(send.dtype()),
+                         comm_, stream);
+  });
 }
 
 void NcclCommunicator::reduce_scatter(const TensorView& send, const TensorView& recv, ReduceOp op,
@@ -348,9 +375,10 @@ void NcclCommunicator::reduce_scatter(const TensorView& send, const TensorView& 
                     count);
   const ncclRedOp_t nccl_op = nccl_reduce_op(op);
   cudaStream_t stream = begin_op(s, "reduce_scatter");
-  finish_call(ncclReduceScatter(send.data(), recv.data(), size_t(count), nccl_dtype(send.dtype()),
-                                nccl_op, comm_, stream),
-              "ncclReduceScatter");
+  enqueue("ncclReduceScatter", [&] {
+    return ncclReduceScatter(send.data(), recv.data(), size_t(count), nccl_dtype(send.dtype()),
+                             nccl_op, comm_, stream);
+  });
 }
 
 void NcclCommunicator::all_reduce(const TensorView& send, const TensorView& recv, ReduceOp op,
@@ -363,9 +391,10 @@ void NcclCommunicator::all_reduce(const TensorView& send, const TensorView& recv
                     " elements; expected at least send's ", send.numel());
   const ncclRedOp_t nccl_op = nccl_reduce_op(op);
   cudaStream_t stream = begin_op(s, "all_reduce");
-  finish_call(ncclAllReduce(send.data(), recv.data(), size_t(send.numel()),
-                            nccl_dtype(send.dtype()), nccl_op, comm_, stream),
-              "ncclAllReduce");
+  enqueue("ncclAllReduce", [&] {
+    return ncclAllReduce(send.data(), recv.data(), size_t(send.numel()), nccl_dtype(send.dtype()),
+                         nccl_op, comm_, stream);
+  });
 }
 
 void NcclCommunicator::send(const TensorView& data, int peer, const Stream& s) {
@@ -374,9 +403,10 @@ void NcclCommunicator::send(const TensorView& data, int peer, const Stream& s) {
   TESSERA_CHECK_ARG(peer >= 0 && peer < size_, "send(peer = ", peer, "): group '", name_,
                     "' has ranks 0..", size_ - 1);
   cudaStream_t stream = begin_op(s, "send");
-  finish_call(
-      ncclSend(data.data(), size_t(data.numel()), nccl_dtype(data.dtype()), peer, comm_, stream),
-      "ncclSend");
+  enqueue("ncclSend", [&] {
+    return ncclSend(data.data(), size_t(data.numel()), nccl_dtype(data.dtype()), peer, comm_,
+                    stream);
+  });
 }
 
 void NcclCommunicator::recv(const TensorView& data, int peer, const Stream& s) {
@@ -385,9 +415,10 @@ void NcclCommunicator::recv(const TensorView& data, int peer, const Stream& s) {
   TESSERA_CHECK_ARG(peer >= 0 && peer < size_, "recv(peer = ", peer, "): group '", name_,
                     "' has ranks 0..", size_ - 1);
   cudaStream_t stream = begin_op(s, "recv");
-  finish_call(
-      ncclRecv(data.data(), size_t(data.numel()), nccl_dtype(data.dtype()), peer, comm_, stream),
-      "ncclRecv");
+  enqueue("ncclRecv", [&] {
+    return ncclRecv(data.data(), size_t(data.numel()), nccl_dtype(data.dtype()), peer, comm_,
+                    stream);
+  });
 }
 
 void NcclCommunicator::group_begin() {
@@ -401,7 +432,11 @@ void NcclCommunicator::group_end() {
   TESSERA_CHECK_ARG(group_depth_ > 0, "group_end on group '", name_,
                     "' without a matching group_begin");
   --group_depth_;
-  ncclResult_t result = ncclGroupEnd();
+  ncclResult_t result;
+  {
+    WatchdogScope scope(group_depth_ == 0 ? watchdog_.get() : nullptr, current_op_, op_count_);
+    result = ncclGroupEnd();
+  }
   if (group_depth_ > 0) {
     // An inner group_end only closes the nesting; the outermost one issues the work.
     TESSERA_CHECK(result == ncclSuccess || result == ncclInProgress, ErrorCode::kNccl,
@@ -429,8 +464,8 @@ void NcclCommunicator::barrier(const Stream& s) {
   cudaStream_t stream = begin_op(s, "barrier");
   float* scratch = static_cast<float*>(scratch_);
   // In place on zeros: the sum stays 0, and every rank must contribute before any finishes.
-  finish_call(ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm_, stream),
-              "ncclAllReduce (barrier)");
+  enqueue("ncclAllReduce (barrier)",
+          [&] { return ncclAllReduce(scratch, scratch, 1, ncclFloat32, ncclSum, comm_, stream); });
 }
 
 void NcclCommunicator::wait_stream(cudaStream_t stream, const std::string& what) {
@@ -486,9 +521,11 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   TESSERA_CUDA_CHECK(
       cudaMemcpyAsync(exchange, mine, sizeof(mine), cudaMemcpyHostToDevice, setup_stream_));
   ++op_count_;
-  last_op_ = str("split membership exchange #", op_count_);
-  finish_call(ncclAllGather(exchange, exchange + 2, 2, ncclInt32, comm_, setup_stream_),
-              "ncclAllGather (split)");
+  current_op_ = "split membership exchange";
+  last_op_ = str(current_op_, " #", op_count_);
+  enqueue("ncclAllGather (split)", [&] {
+    return ncclAllGather(exchange, exchange + 2, 2, ncclInt32, comm_, setup_stream_);
+  });
   // Bounded wait first: a copy into pageable memory would block until the all-gather ends.
   wait_stream(setup_stream_, last_op_);
   std::vector<int> entries(size_t(size_) * 2);
@@ -506,12 +543,17 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   }
 
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = kNcclBlocking.get() ? 1 : 0;
+  config.blocking = kNcclNonblocking.get() ? 0 : 1;
   ncclComm_t child = nullptr;
   ++op_count_;
+  current_op_ = "split";
   last_op_ = str("split into '", name, "' #", op_count_);
-  ncclResult_t result = ncclCommSplit(comm_, member_color < 0 ? NCCL_SPLIT_NOCOLOR : member_color,
-                                      key, &child, &config);
+  ncclResult_t result;
+  {
+    WatchdogScope scope(watchdog_.get(), current_op_, op_count_);
+    result = ncclCommSplit(comm_, member_color < 0 ? NCCL_SPLIT_NOCOLOR : member_color, key, &child,
+                           &config);
+  }
   if (result != ncclSuccess && result != ncclInProgress) {
     if (child) ncclCommAbort(child);
     throw_error(ErrorCode::kNccl,
@@ -546,8 +588,12 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   std::vector<int> global_ranks;
   global_ranks.reserve(members.size());
   for (int r : members) global_ranks.push_back(global_ranks_[r]);
-  return std::unique_ptr<Communicator>(
-      new NcclCommunicator(child, device_, new_rank, std::move(global_ranks), name));
+  const int global_rank = global_ranks[size_t(new_rank)];
+  const int new_size = int(global_ranks.size());
+  return std::unique_ptr<Communicator>(new NcclCommunicator(
+      child, device_, new_rank, std::move(global_ranks), name,
+      make_watchdog(config,
+                    str("rank ", global_rank, " on group '", name, "' (", new_size, " ranks)"))));
 }
 
 }  // namespace tessera::cuda_comm

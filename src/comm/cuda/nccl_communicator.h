@@ -1,11 +1,15 @@
 // NcclCommunicator: the cuda Communicator, one ncclComm_t per group.
 //
-// Every communicator is non-blocking (ncclConfig_t::blocking = 0) so that no NCCL call can hang
-// the host: initialization, split and every enqueue that returns ncclInProgress are polled with
-// ncclCommGetAsyncError, and synchronize() polls the stream's event and the communicator's
-// async error, all bounded by wait_timeout_ms(). On timeout the communicator is aborted
-// (ncclCommAbort, which also releases NCCL kernels stuck waiting for a peer) and kTimeout names
-// the operation, the group and its size; the aborted communicator refuses further work.
+// Communicators are blocking (ncclConfig_t::blocking = 1): NCCL launches each collective on the
+// calling thread. Host calls that can wait inside NCCL for a peer (init, split, finalize, a
+// lazily connected first use) run under a HostCallWatchdog that ends the process with a
+// message naming the call, rank and group after TESSERA_TIMEOUT_MS (host_call_watchdog.h).
+// synchronize() polls the stream's event and the communicator's async error, bounded by
+// wait_timeout_ms(); on timeout the communicator is aborted (ncclCommAbort, which also releases
+// NCCL kernels stuck waiting for a peer) and kTimeout names the operation, the group and its
+// size; the aborted communicator refuses further work. TESSERA_NCCL_NONBLOCKING=1 makes them
+// non-blocking instead: every enqueue that returns ncclInProgress, init and split are then
+// polled with ncclCommGetAsyncError and throw kTimeout, at a launch thread per collective.
 //
 // Operations map to ncclAlltoAll, ncclAllGather, ncclReduceScatter, ncclAllReduce,
 // ncclSend/ncclRecv and ncclGroupStart/End; barrier() is a one-element all-reduce on scratch
@@ -15,14 +19,15 @@
 // NCCL_HOSTID before the first NCCL call of the process (see the .cc for why).
 #pragma once
 
-#include <cstdint>
 #include <cuda_runtime.h>
 #include <nccl.h>
+#include <cstdint>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "comm/cuda/host_call_watchdog.h"
 #include "tessera/comm/bootstrap.h"
 #include "tessera/comm/communicator.h"
 #include "tessera/comm/topology.h"
@@ -69,6 +74,8 @@ class NcclCommunicator final : public Communicator {
   void group_end() override;
   void barrier(const Stream& s) override;
   void synchronize(const Stream& s) override;
+  // Blocking communicators: NCCL captures their launches on the calling thread.
+  bool graph_capturable() const override { return watchdog_ != nullptr; }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name) override;
 
   // The underlying communicator (null after an abort), for code that calls NCCL directly.
@@ -79,7 +86,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   NcclCommunicator(ncclComm_t comm, int device, int rank, std::vector<int> global_ranks,
-                   std::string name);
+                   std::string name, std::unique_ptr<HostCallWatchdog> watchdog);
 
   void check_usable(const char* op) const;
   cudaStream_t stream_of(const Stream& s, const char* op) const;
@@ -88,6 +95,10 @@ class NcclCommunicator final : public Communicator {
   // Handles an enqueue's result: ncclInProgress is polled to completion (deferred to
   // group_end inside a group); errors throw kNccl naming `op`.
   void finish_call(ncclResult_t result, const char* op);
+  // Makes one NCCL call (`call()`, named `nccl_call` in errors) under the watchdog, then
+  // finish_call.
+  template <typename Call>
+  void enqueue(const char* nccl_call, Call&& call);
   // Polls ncclCommGetAsyncError on `comm` until it leaves ncclInProgress, bounded. On timeout
   // aborts `comm` (and this communicator when it is comm_) and throws kTimeout with
   // `timeout_message`; on an error state throws kNccl naming `what`.
@@ -107,7 +118,9 @@ class NcclCommunicator final : public Communicator {
   int group_depth_ = 0;
   bool group_pending_ = false;  // an enqueue returned ncclInProgress inside the group
   uint64_t op_count_ = 0;
+  const char* current_op_ = "no operation";  // the last operation's name, for the watchdog
   std::string last_op_ = "no operation";
+  std::unique_ptr<HostCallWatchdog> watchdog_;  // null for a non-blocking communicator
   cudaEvent_t sync_event_ = nullptr;
   cudaStream_t setup_stream_ = nullptr;  // split's membership exchange
   // Device scratch: [0] the barrier's float, then (size + 1) x 2 ints for split.
