@@ -36,7 +36,7 @@ from ._errors import (
 )
 from ._frameworks import like_input as _like_input
 from ._ranks import run_cpu_ranks
-from . import sp
+from . import model, sp
 
 _C._register_error_classes(_ERROR_CLASSES)
 
@@ -68,6 +68,7 @@ __all__ = [
     "UnsupportedError",
     "attention",
     "info",
+    "model",
     "reference_attention",
     "run_cpu_ranks",
     "sp",

@@ -24,54 +24,15 @@
 #include "options.h"
 #include "rank_launch.h"
 #include "tessera/core/error.h"
+#include "tessera/model/decoder_presets.h"
 #include "tessera/model/llama_gpu_model.h"
 #include "tessera/model/llama_model.h"
-#include "tessera/model/model_config.h"
 #include "tessera/model/safetensors.h"
 #include "tessera/model/weight_store.h"
 #include "tessera/runtime/memory.h"
 
 namespace tessera::cli {
 namespace {
-
-model::DecoderConfig preset(const std::string& name) {
-  model::DecoderConfig c;
-  if (name == "tiny") {
-    c.vocab_size = 97;
-    c.hidden_size = 64;
-    c.intermediate_size = 128;
-    c.num_hidden_layers = 2;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.head_dim = 16;
-    c.max_position_embeddings = 4096;
-    c.rms_norm_eps = 1e-5;
-    c.rope_theta = 500000.0;
-    return c;
-  }
-  // Llama-3-8B and -70B (meta-llama/Meta-Llama-3-{8B,70B}'s config.json).
-  const bool big = name == "llama3-70b";
-  c.vocab_size = 128256;
-  c.hidden_size = big ? 8192 : 4096;
-  c.intermediate_size = big ? 28672 : 14336;
-  c.num_hidden_layers = big ? 80 : 32;
-  c.num_attention_heads = big ? 64 : 32;
-  c.num_key_value_heads = 8;
-  c.head_dim = 128;
-  c.max_position_embeddings = 8192;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 500000.0;
-  return c;
-}
-
-model::DecoderConfig load_config(const std::string& text) {
-  if (text == "tiny" || text == "llama3-8b" || text == "llama3-70b") return preset(text);
-  const model::ModelConfig config = model::read_model_config(text);
-  TESSERA_CHECK_ARG(config.is_decoder(), "--config = '", text, "': a ",
-                    model::architecture_name(config.architecture),
-                    " model: expected a Llama or Qwen2 decoder");
-  return config.decoder;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -243,7 +204,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
     return 0;
   }
   LlmArgs a;
-  a.config = load_config(opt.text("config"));
+  a.config = model::load_decoder_config(opt.text("config"), "--config");
   const int64_t layers = opt.integer("layers", 0, 1 << 16);
   if (layers > 0) a.config.num_hidden_layers = layers;
   const int tp = int(opt.integer("tp", 1, 64));
