@@ -4,8 +4,8 @@
 // [s * chunk, (s + 1) * chunk) of [0, p_b] (the new token is already in the cache) for the G
 // query heads of KV head g. A warp takes 32 tokens at a time: a lane per token for the scores,
 // an online softmax over the tile in the log2 domain, then a lane per D/32 dimensions for the
-// values; the warps merge in order, then the split's (o, lse) go to the workspace. merge_splits adds the splits
-// of each (b, h) in split order (deterministic).
+// values; the warps merge in order, then the split's (o, lse) go to the workspace. merge_splits
+// adds the splits of each (b, h) in split order (deterministic).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(256) rmsnorm_kernel(UnfusedDecodeParams p) {
   for (int i = threadIdx.x; i < p.hidden; i += blockDim.x) {
     const float g = p.input_norm ? cl::to_f32(static_cast<const T*>(p.input_norm)[i]) : 1.f;
     // Normalize in f32, round, then scale by the weight (Hugging Face's LlamaRMSNorm order).
-    const float normed = p.input_norm ? cl::to_f32(cl::from_f32<T>(cl::to_f32(x[i]) * rstd)) : cl::to_f32(x[i]);
+    const float normed =
+        p.input_norm ? cl::to_f32(cl::from_f32<T>(cl::to_f32(x[i]) * rstd)) : cl::to_f32(x[i]);
     xn[i] = cl::from_f32<T>(normed * g);
   }
 }
@@ -95,8 +96,9 @@ __global__ void __launch_bounds__(128) rope_append_kernel(UnfusedDecodeParams p)
   const int b = blockIdx.y, head = blockIdx.x;  // heads: Hq query heads, then Hkv key heads
   const int d2 = p.head_dim / 2, pos = p.positions[b];
   const bool is_q = head < p.num_heads;
-  T* row = is_q ? static_cast<T*>(p.q) + (int64_t(b) * p.num_heads + head) * p.head_dim
-                : static_cast<T*>(p.k) + (int64_t(b) * p.num_kv_heads + head - p.num_heads) * p.head_dim;
+  T* row =
+      is_q ? static_cast<T*>(p.q) + (int64_t(b) * p.num_heads + head) * p.head_dim
+           : static_cast<T*>(p.k) + (int64_t(b) * p.num_kv_heads + head - p.num_heads) * p.head_dim;
   for (int i = threadIdx.x; i < d2; i += blockDim.x) {
     float sn, cs;
     sincosf(float(pos) * p.inv_freq[i], &sn, &cs);
@@ -242,18 +244,36 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
 }
 
 // o[b, h] = sum over splits of o_s * 2^(lse_s - lse), lse = log2 sum 2^lse_s; in split order.
+// The splits' lse values arrive in shared memory in parallel and one thread turns them into
+// weights (its loop reads shared memory, not global: at 33 splits the serial global reads cost
+// more than the merge itself); then each thread adds its dimensions' partial outputs in split
+// order with eight loads in flight.
 template <typename T>
 __global__ void __launch_bounds__(128) merge_splits_kernel(UnfusedDecodeParams p) {
+  extern __shared__ float weight_s[];  // [splits]: lse, then 2^(lse - max)
+  __shared__ float denom_s;
   const int64_t bh = blockIdx.x;
-  const int D = p.head_dim;
-  float mx = kNegInf;
-  for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, p.partial_lse[bh * p.splits + s]);
-  float denom = 0;
-  for (int s = 0; s < p.splits; ++s) denom += rescale(p.partial_lse[bh * p.splits + s], mx);
+  const int splits = p.splits, D = p.head_dim;
+  for (int s = threadIdx.x; s < splits; s += blockDim.x)
+    weight_s[s] = p.partial_lse[bh * splits + s];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float mx = kNegInf;
+    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, weight_s[s]);
+    float denom = 0;
+    for (int s = 0; s < splits; ++s) {
+      weight_s[s] = rescale(weight_s[s], mx);
+      denom += weight_s[s];
+    }
+    denom_s = denom;
+  }
+  __syncthreads();
+  const float denom = denom_s;
+  const float* partial = p.partial_o + bh * splits * D;
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float acc = 0;
-    for (int s = 0; s < p.splits; ++s)
-      acc += rescale(p.partial_lse[bh * p.splits + s], mx) * p.partial_o[(bh * p.splits + s) * D + d];
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) acc += weight_s[s] * partial[int64_t(s) * D + d];
     static_cast<T*>(p.o)[bh * D + d] = cl::from_f32<T>(denom > 0.f ? acc / denom : 0.f);
   }
 }
@@ -263,15 +283,21 @@ void launch_attention_typed(const UnfusedDecodeParams& p, cudaStream_t s) {
   const dim3 grid(p.splits, p.num_kv_heads, p.batch);
   const int group = p.num_heads / p.num_kv_heads;
   switch (p.head_dim) {
-    case 64: group <= 4 ? split_kv_kernel<T, 64, 4><<<grid, 128, 0, s>>>(p)
-                        : split_kv_kernel<T, 64, 16><<<grid, 128, 0, s>>>(p); break;
-    case 128: group <= 4 ? split_kv_kernel<T, 128, 4><<<grid, 128, 0, s>>>(p)
-                         : split_kv_kernel<T, 128, 16><<<grid, 128, 0, s>>>(p); break;
-    default: group <= 4 ? split_kv_kernel<T, 256, 4><<<grid, 128, 0, s>>>(p)
-                        : split_kv_kernel<T, 256, 16><<<grid, 128, 0, s>>>(p); break;
+    case 64:
+      group <= 4 ? split_kv_kernel<T, 64, 4><<<grid, 128, 0, s>>>(p)
+                 : split_kv_kernel<T, 64, 16><<<grid, 128, 0, s>>>(p);
+      break;
+    case 128:
+      group <= 4 ? split_kv_kernel<T, 128, 4><<<grid, 128, 0, s>>>(p)
+                 : split_kv_kernel<T, 128, 16><<<grid, 128, 0, s>>>(p);
+      break;
+    default:
+      group <= 4 ? split_kv_kernel<T, 256, 4><<<grid, 128, 0, s>>>(p)
+                 : split_kv_kernel<T, 256, 16><<<grid, 128, 0, s>>>(p);
+      break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();
-  merge_splits_kernel<T><<<p.batch * p.num_heads, 128, 0, s>>>(p);
+  merge_splits_kernel<T><<<p.batch * p.num_heads, 128, size_t(p.splits) * sizeof(float), s>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -283,23 +309,29 @@ bool unfused_decode_supported(int head_dim, int group) {
 
 void launch_rmsnorm(const UnfusedDecodeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.element == Element::kBF16) rmsnorm_kernel<__nv_bfloat16><<<p.batch, 256, 0, s>>>(p);
-  else rmsnorm_kernel<__half><<<p.batch, 256, 0, s>>>(p);
+  if (p.element == Element::kBF16)
+    rmsnorm_kernel<__nv_bfloat16><<<p.batch, 256, 0, s>>>(p);
+  else
+    rmsnorm_kernel<__half><<<p.batch, 256, 0, s>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 void launch_rope_append(const UnfusedDecodeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.num_heads + p.num_kv_heads, p.batch);
-  if (p.element == Element::kBF16) rope_append_kernel<__nv_bfloat16><<<grid, 128, 0, s>>>(p);
-  else rope_append_kernel<__half><<<grid, 128, 0, s>>>(p);
+  if (p.element == Element::kBF16)
+    rope_append_kernel<__nv_bfloat16><<<grid, 128, 0, s>>>(p);
+  else
+    rope_append_kernel<__half><<<grid, 128, 0, s>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 void launch_split_kv_attention(const UnfusedDecodeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (p.element == Element::kBF16) launch_attention_typed<__nv_bfloat16>(p, s);
-  else launch_attention_typed<__half>(p, s);
+  if (p.element == Element::kBF16)
+    launch_attention_typed<__nv_bfloat16>(p, s);
+  else
+    launch_attention_typed<__half>(p, s);
 }
 
 }  // namespace tessera::decode::kernels

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "ops/ops_launch.h"
 
@@ -43,6 +44,35 @@ __device__ inline int64_t load_index(const void* data, IndexType type, int64_t i
 }
 
 inline constexpr int kBlockThreads = 256;
+
+// Eight 2-byte elements through one 16-byte access (the caller checks the alignment).
+template <typename T>
+__device__ inline void load8(const T* src, float (&f)[8]) {
+  static_assert(sizeof(T) == 2);
+  const uint4 raw = *reinterpret_cast<const uint4*>(src);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[i] = to_f32(e[i]);
+}
+template <typename T>
+__device__ inline void store8(T* dst, const float (&f)[8]) {
+  static_assert(sizeof(T) == 2);
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = from_f32<T>(f[i]);
+  *reinterpret_cast<uint4*>(dst) = raw;
+}
+
+// Whether 16-byte accesses of eight 2-byte elements reach every row of `data` with `strides`
+// (in elements) from its start.
+inline bool vec8_aligned(const void* data, std::initializer_list<int64_t> strides) {
+  if (data == nullptr) return true;
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0) return false;
+  for (int64_t s : strides)
+    if (s % 8 != 0) return false;
+  return true;
+}
 
 // The sum of `v` over the block (kBlockThreads threads); every thread gets it. `scratch` holds
 // kBlockThreads / 32 floats; the call may be repeated with the same scratch.

@@ -1,6 +1,7 @@
 // GPU tests of the layer-operation kernels (kernels/ops/) against the float32 cpu reference on
 // the same inputs, f32/bf16/f16, at sizes 1, odd, past one CTA's 256 threads and not multiples
-// of any vector width; strided and in-place views. Outputs are poisoned (NaN bytes) first and
+// of any vector width, and widths the 16-byte paths take (multiples of 8: 1000, 1024, 4096, the
+// norms' largest 8192, and 8200 past it); strided and in-place views. Outputs are poisoned (NaN bytes) first and
 // must be fully written; float outputs may differ from the reference by one rounding of the
 // dtype (the float32 sums run in another order), indices and copies must match exactly.
 #include <gtest/gtest.h>
@@ -83,7 +84,7 @@ class ModelOpsGpu : public ::testing::Test {
 TEST_F(ModelOpsGpu, NormsWithFusedResidualMatchTheReference) {
   for (DType dtype : kFloatTypes)
     for (int64_t rows : {1, 3, 37})
-      for (int64_t c : {1, 7, 1000, 4099}) {
+      for (int64_t c : {1, 7, 1000, 4096, 4099, 8192, 8200}) {
         Pair x = make({rows, c}, dtype, 1), res = make({rows, c}, dtype, 2);
         Pair w = make({c}, dtype, 3, 0.5f, 1.5f), b = make({c}, dtype, 4);
         for (int op = 0; op < 3; ++op) {  // RMSNorm, LayerNorm affine, LayerNorm plain
@@ -142,7 +143,7 @@ TEST_F(ModelOpsGpu, RopeMatchesTheReferenceOnPackedQkvInPlaceAndOutOfPlace) {
 TEST_F(ModelOpsGpu, PointwiseOpsMatchTheReference) {
   for (DType dtype : kFloatTypes)
     for (int64_t rows : {1, 5})
-      for (int64_t c : {1, 33, 4099}) {
+      for (int64_t c : {1, 33, 1024, 4099}) {
         Pair gate_up = make({rows, 2 * c}, dtype, 6, -8.0f, 8.0f);
         Pair out = poisoned({rows, c}, dtype);
         silu_and_mul(gate_up.host.view().slice(1, 0, c), gate_up.host.view().slice(1, c, c),
