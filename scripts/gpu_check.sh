@@ -2,9 +2,12 @@
 # A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
 # configure and build with every core, run the gpu tests, run the benchmarks with their
 # anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
-#   STAGES="build test comm launchers sp attn decode gemm tp sanitize spsweep" selects stages
-#   (default: all but tp, the tensor-parallel sweep on every GPU beside torch, spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
-#   parts, and sanitize, compute-sanitizer over the single-GPU tests, scripts/gpu_sanitize.sh).
+#   STAGES="build test comm launchers sp attn decode gemm tp llm sanitize spsweep" selects stages
+#   (default: all but tp, the tensor-parallel sweep on every GPU beside torch, then `tune tp`
+#   and the planner's pick against the unfused pair; llm, the Llama decoder end to end (on one
+#   GPU Llama-3-8B beside transformers, on several a Llama-3-70B-shaped stack at TP 1 and TP N);
+#   spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
+#   parts; and sanitize, compute-sanitizer over the single-GPU tests, scripts/gpu_sanitize.sh).
 # Everything lands in OUTDIR/work/ and is packed into OUTDIR/gpu-check.tgz at the end (the
 # device tool brings back few files).
 set -uo pipefail
@@ -81,6 +84,27 @@ if has tp; then
   $bin bench tp --model all --m "$tokens" --json "$out/tp_1x${ngpu}.json" >"$out/tp_sweep.log" 2>&1 || status=1
   torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_tp.py --model all --tokens "$tokens" \
     --json "$out/tp_1x${ngpu}_torch.json" >"$out/torch_tp.log" 2>&1 || status=1
+  # The planner with this machine's tuning table against the unfused pair.
+  $bin tune tp --model all --m "$tokens" --tune-table "$out/tp_tune.tsv" >"$out/tune_tp.log" 2>&1 || status=1
+  TESSERA_TP_TUNE_TABLE="$out/tp_tune.tsv" $bin bench tp --model all --m "$tokens" --impls auto,unfused \
+    --json "$out/tp_auto_1x${ngpu}.json" >"$out/tp_auto.log" 2>&1 || status=1
+fi
+if has llm; then
+  if [ "$ngpu" -ge 2 ]; then
+    for tp in 1 "$ngpu"; do for b in 1 16; do
+      $bin run llm --config llama3-70b --layers 8 --tp "$tp" --batch "$b" --prompt-len 1024 --gen 32 \
+        --json "$out/llm_70b8l_tp${tp}_b${b}.json" >>"$out/llm.log" 2>&1 || status=1
+    done; done
+  else
+    for b in 1 16; do
+      $bin run llm --config llama3-8b --batch "$b" --prompt-len 4096 --gen 64 \
+        --json "$out/llm_8b_b${b}.json" >>"$out/llm.log" 2>&1 || status=1
+    done
+    if python3 -c "import transformers" 2>/dev/null; then
+      python3 bench/anchors/transformers_llm.py --batch 1,16 --prompt-len 4096 --gen 64 --compile \
+        --json "$out/llm_8b_transformers.json" >"$out/llm_transformers.log" 2>&1 || status=1
+    fi
+  fi
 fi
 if has sanitize; then
   scripts/gpu_sanitize.sh build-gpu/tests/tessera_gpu_tests "$out" || status=1
@@ -94,6 +118,9 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/tp.log" ] && { echo "=== tp ==="; grep -v "^\[" "$out/tp.log" | tail -20; }
 [ -f "$out/tp_sweep.log" ] && { echo "=== tp sweep ==="; grep -v "^\[" "$out/tp_sweep.log" | tail -90; }
 [ -f "$out/torch_tp.log" ] && { echo "=== torch tp ==="; tail -70 "$out/torch_tp.log"; }
+[ -f "$out/tp_auto.log" ] && { echo "=== tp auto ==="; grep -v "^\[" "$out/tp_auto.log" | tail -50; }
+[ -f "$out/llm.log" ] && { echo "=== llm ==="; grep -E "^# tessera run llm|prefill|per output token|roofline" "$out/llm.log"; }
+[ -f "$out/llm_transformers.log" ] && { echo "=== transformers ==="; tail -8 "$out/llm_transformers.log"; }
 [ -f "$out/sanitize.txt" ] && { echo "=== sanitize ==="; cat "$out/sanitize.txt"; }
 [ -f "$out/comm.log" ] && { echo "=== comm ==="; python3 bench/report.py "$out"/comm*.json "$out"/torch_comm.json | grep -E " (64M|256M) "; }
 [ -f "$out/attn.log" ] && { echo "=== attn ==="; grep -v "^\[" "$out/attn.log" | tail -30; }
