@@ -2,7 +2,7 @@
 //
 // A blocking communicator (the default, nccl_communicator.h) launches each collective on the
 // calling thread; a non-blocking one hands every launch to a thread NCCL creates for it, which
-// cost 60-80 us per small collective on 2 H100s (docs/PERF.md). But a blocking call can wait
+// cost 60 to 160 us per small collective on 2 H100s (docs/PERF.md). A blocking call can wait
 // inside NCCL for a peer: at init, split and finalize, and where NCCL connects lazily (a
 // collective's or a peer's first use). Such a call cannot be interrupted, so while one is armed
 // this watchdog's thread ends the process once it has lasted TESSERA_TIMEOUT_MS, after printing
