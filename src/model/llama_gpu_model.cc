@@ -261,7 +261,8 @@ Tensor LlamaGpuModel::Impl::upload(const Bits& bits, std::initializer_list<int64
 
 int LlamaGpuModel::Impl::splits_for(int64_t batch) const {
   // Enough (sequence, KV head, split) CTAs for two waves, splits of at least 64 positions (the
-  // unfused decode path's rule; more splits measured slower: the merge reads them serially).
+  // unfused decode path's rule; more splits measured slower while the merge read each split's
+  // lse from global memory serially, before a78effc: not re-measured since).
   const int64_t ctas = batch * shapes.kv_heads;
   return int(std::clamp<int64_t>((2 * sm_count + ctas - 1) / ctas, 1,
                                  std::max<int64_t>(1, opts.max_context / 64)));

@@ -257,7 +257,6 @@ cudaStream_t NcclCommunicator::begin_op(const Stream& s, const char* op) {
   cudaStream_t stream = stream_of(s, op);
   ++op_count_;
   current_op_ = op;
-  last_op_ = str(op, " #", op_count_);
   return stream;
 }
 
@@ -307,14 +306,15 @@ void NcclCommunicator::finish_call(ncclResult_t result, const char* op) {
       group_pending_ = true;
       return;
     }
-    wait_ready(comm_, last_op_,
-               str("rank ", global_ranks_[rank_], ": ", last_op_, " on group '", name_, "' (",
-                   size_, " ranks) could not be enqueued within ", wait_timeout_ms(), " ms"));
+    wait_ready(
+        comm_, last_operation(),
+        str("rank ", global_ranks_[rank_], ": ", last_operation(), " on group '", name_, "' (",
+            size_, " ranks) could not be enqueued within ", wait_timeout_ms(), " ms"));
     return;
   }
   throw_error(ErrorCode::kNccl,
-              str("rank ", global_ranks_[rank_], ": ", op, " (", last_op_, ") on group '", name_,
-                  "' failed: ", nccl_error_text(result, comm_)));
+              str("rank ", global_ranks_[rank_], ": ", op, " (", last_operation(), ") on group '",
+                  name_, "' failed: ", nccl_error_text(result, comm_)));
 }
 
 template <typename Call>
@@ -447,12 +447,12 @@ void NcclCommunicator::group_end() {
   group_pending_ = false;
   if (result != ncclSuccess && result != ncclInProgress) {
     throw_error(ErrorCode::kNccl,
-                str("rank ", global_ranks_[rank_], ": ncclGroupEnd after ", last_op_, " on group '",
-                    name_, "' failed: ", nccl_error_text(result, comm_)));
+                str("rank ", global_ranks_[rank_], ": ncclGroupEnd after ", last_operation(),
+                    " on group '", name_, "' failed: ", nccl_error_text(result, comm_)));
   }
   if (pending) {
-    wait_ready(comm_, str("group ending with ", last_op_),
-               str("rank ", global_ranks_[rank_], ": the group ending with ", last_op_,
+    wait_ready(comm_, str("group ending with ", last_operation()),
+               str("rank ", global_ranks_[rank_], ": the group ending with ", last_operation(),
                    " on group '", name_, "' (", size_, " ranks) could not be enqueued within ",
                    wait_timeout_ms(), " ms"));
   }
@@ -502,7 +502,7 @@ void NcclCommunicator::wait_stream(cudaStream_t stream, const std::string& what)
 void NcclCommunicator::synchronize(const Stream& s) {
   check_usable("synchronize");
   cudaStream_t stream = stream_of(s, "synchronize");
-  wait_stream(stream, last_op_);
+  wait_stream(stream, last_operation());
 }
 
 std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& name) {
@@ -521,12 +521,11 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
       cudaMemcpyAsync(exchange, mine, sizeof(mine), cudaMemcpyHostToDevice, setup_stream_));
   ++op_count_;
   current_op_ = "split membership exchange";
-  last_op_ = str(current_op_, " #", op_count_);
   enqueue("ncclAllGather (split)", [&] {
     return ncclAllGather(exchange, exchange + 2, 2, ncclInt32, comm_, setup_stream_);
   });
   // Bounded wait first: a copy into pageable memory would block until the all-gather ends.
-  wait_stream(setup_stream_, last_op_);
+  wait_stream(setup_stream_, last_operation());
   std::vector<int> entries(size_t(size_) * 2);
   TESSERA_CUDA_CHECK(cudaMemcpy(entries.data(), exchange + 2, entries.size() * sizeof(int),
                                 cudaMemcpyDeviceToHost));
@@ -546,7 +545,6 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const 
   ncclComm_t child = nullptr;
   ++op_count_;
   current_op_ = "split";
-  last_op_ = str("split into '", name, "' #", op_count_);
   ncclResult_t result;
   {
     WatchdogScope scope(watchdog_.get(), current_op_, op_count_);

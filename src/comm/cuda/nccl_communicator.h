@@ -82,7 +82,9 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t nccl_comm() const { return comm_; }
   int device() const { return device_; }
   // The name and number of the last operation enqueued, e.g. "all_gather #12".
-  const std::string& last_operation() const { return last_op_; }
+  std::string last_operation() const {
+    return op_count_ == 0 ? std::string(current_op_) : str(current_op_, " #", op_count_);
+  }
 
  private:
   NcclCommunicator(ncclComm_t comm, int device, int rank, std::vector<int> global_ranks,
@@ -118,8 +120,7 @@ class NcclCommunicator final : public Communicator {
   int group_depth_ = 0;
   bool group_pending_ = false;  // an enqueue returned ncclInProgress inside the group
   uint64_t op_count_ = 0;
-  const char* current_op_ = "no operation";  // the last operation's name, for the watchdog
-  std::string last_op_ = "no operation";
+  const char* current_op_ = "no operation";     // the last operation's name (a literal)
   std::unique_ptr<HostCallWatchdog> watchdog_;  // null for a non-blocking communicator
   cudaEvent_t sync_event_ = nullptr;
   cudaStream_t setup_stream_ = nullptr;  // split's membership exchange
