@@ -53,7 +53,7 @@ if has peer; then
     echo "peer failed: $(tail -3 "$out/decode_flashinfer.log" "$out/pip.log" 2>/dev/null)"
 fi
 if has sanitize; then
-  SANITIZE_FILTER='ClusterCollectivesGpu.*:DecodeGpu.*' SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-150} \
+  SANITIZE_SUITES='ClusterCollectivesGpu.* DecodeGpu.*' SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-150} \
     scripts/gpu_sanitize.sh build-dec/tests/tessera_gpu_tests "$out"
   mv "$out/sanitize.txt" "$out/sanitize.log"
 fi

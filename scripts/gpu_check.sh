@@ -2,12 +2,14 @@
 # A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
 # configure and build with every core, run the gpu tests, run the benchmarks with their
 # anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
-#   STAGES="build test comm launchers sp attn decode gemm tp llm sanitize spsweep" selects stages
+#   STAGES="build test comm launchers sp attn decode gemm tp llm python sanitize spsweep" selects stages
 #   (default: all but tp, the tensor-parallel sweep on every GPU beside torch, then `tune tp`
 #   and the planner's pick against the unfused pair; llm, the Llama decoder end to end (on one
 #   GPU Llama-3-8B beside transformers, on several a Llama-3-70B-shaped stack at TP 1 and TP N);
 #   spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
-#   parts; and sanitize, compute-sanitizer over the single-GPU tests, scripts/gpu_sanitize.sh).
+#   parts; python, the Python package built against build-gpu with its pytest and per-call
+#   overhead, scripts/gpu_python.sh; and sanitize, compute-sanitizer over the single-GPU tests,
+#   scripts/gpu_sanitize.sh).
 # Everything lands in OUTDIR/work/ and is packed into OUTDIR/gpu-check.tgz at the end (the
 # device tool brings back few files).
 set -uo pipefail
@@ -105,6 +107,9 @@ if has llm; then
         --json "$out/llm_8b_transformers.json" >"$out/llm_transformers.log" 2>&1 || status=1
     fi
   fi
+fi
+if has python; then
+  scripts/gpu_python.sh "$out" || status=1
 fi
 if has sanitize; then
   scripts/gpu_sanitize.sh build-gpu/tests/tessera_gpu_tests "$out" || status=1

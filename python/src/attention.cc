@@ -135,8 +135,10 @@ void bind_attention(nb::module_& m) {
         "q [B, Lq, Hq, D], k and v [B, Lkv, Hkv, D] with Hq % Hkv == 0 (GQA); float32, float16 "
         "or bfloat16 (NumPy: uint16 bit patterns); unit stride in D, any other strides. "
         "causal masks key position kv_start + j > query position q_start + i. Returns out "
-        "(a new array of q's dtype when None: cpu only), and with return_lse also the float32 "
-        "log-sum-exp [B, Hq, Lq]. stream: a cudaStream_t as an int for cuda arrays, 0 on cpu.");
+        "(when None: a new array of q's dtype, NumPy on the cpu, from q's framework on a GPU), "
+        "and with return_lse also the float32 log-sum-exp [B, Hq, Lq] (cpu only). stream: a "
+        "cudaStream_t as an int for cuda arrays (None: the current stream of q's framework, "
+        "torch or CuPy), 0 on cpu.");
   m.def("reference_attention", reference_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::kw_only(), nb::arg("causal") = false, nb::arg("softmax_scale") = nb::none(),
         nb::arg("q_start") = 0, nb::arg("kv_start") = 0,

@@ -1,8 +1,9 @@
-// One rank's context as Python sees it inside tessera.run_cpu_ranks. The RankContext lives
-// only while the rank's function runs, so Python objects reach it through a RankSession that
-// the rank closes when its function returns. Layers planned on the session are owned here and
-// destroyed at close (they hold the context's heap and communicators); a Python object kept
-// past that raises instead of touching freed memory.
+// One rank's context as Python sees it: a rank thread's inside tessera.run_cpu_ranks (the
+// RankContext lives only while the rank's function runs, and the rank closes the session when
+// it returns), or this process's cuda rank from tessera.cuda_context() (owned by the session
+// until ctx.close()). Python objects reach the context through the session. Layers planned on
+// it are owned here and destroyed at close, before the context (they hold its heap and
+// communicators); a Python object kept past that raises instead of touching freed memory.
 #pragma once
 
 #include <memory>
@@ -16,17 +17,24 @@ namespace tessera::python {
 class RankSession {
  public:
   explicit RankSession(RankContext& ctx) : ctx_(&ctx) {}
+  explicit RankSession(std::unique_ptr<RankContext> owned)
+      : ctx_(owned.get()), owning_(true), owned_(std::move(owned)) {}
+
+  // Whether the session owns its context (tessera.cuda_context), so Python may close it.
+  bool owns_context() const { return owning_; }
 
   // The live context; throws kInvalidArgument naming `what` after close().
   RankContext& context(const char* what) const;
   bool is_open() const { return ctx_ != nullptr; }
   // Owns `layer` until close(); Python holds the weak handle.
   std::weak_ptr<sp::SpAttention> adopt(std::unique_ptr<sp::SpAttention> layer);
-  // Destroys every adopted layer and forgets the context.
+  // Destroys every adopted layer, then the context if owned, and forgets it.
   void close();
 
  private:
   RankContext* ctx_;
+  bool owning_ = false;
+  std::unique_ptr<RankContext> owned_;  // declared before layers_: destroyed after them
   std::vector<std::shared_ptr<sp::SpAttention>> layers_;
 };
 

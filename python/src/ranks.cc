@@ -1,5 +1,8 @@
 // tessera.run_cpu_ranks (its C++ half, _C._run_cpu_ranks): runs a Python function on P rank
-// threads of the cpu backend (comm/context.h run_cpu_ranks), and tessera.RankContext.
+// threads of the cpu backend (comm/context.h run_cpu_ranks); tessera.cuda_context (its C++
+// half, _C._cuda_context): this process's rank on the cuda backend, from the launcher's
+// variables (torchrun, mpirun/srun, tessera's launcher; none: a world of one); and
+// tessera.RankContext, what both hand to Python.
 //
 // GIL: the caller's thread releases it for the whole run; each rank thread takes it only to
 // run Python code, and every binding that can wait on another rank (planning a layer, running
@@ -17,6 +20,7 @@
 
 #include "bindings.h"
 #include "rank_session.h"
+#include "tessera/comm/bootstrap.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
 
@@ -26,8 +30,8 @@ namespace tessera::python {
 
 RankContext& RankSession::context(const char* what) const {
   TESSERA_CHECK_ARG(ctx_ != nullptr, what,
-                    ": its rank context has ended (use it only inside the function that "
-                    "tessera.run_cpu_ranks runs)");
+                    ": its rank context has ended (closed, or the function that "
+                    "tessera.run_cpu_ranks ran for it returned)");
   return *ctx_;
 }
 
@@ -38,6 +42,7 @@ std::weak_ptr<sp::SpAttention> RankSession::adopt(std::unique_ptr<sp::SpAttentio
 
 void RankSession::close() {
   layers_.clear();
+  owned_.reset();
   ctx_ = nullptr;
 }
 
@@ -102,12 +107,38 @@ nb::list run_cpu_ranks_binding(int world_size, const nb::callable& body, int mac
   return out;
 }
 
+RankContextHandle cuda_context_binding(size_t heap_bytes, const std::string& heap_transport,
+                                       int machines) {
+  check_params();
+  TESSERA_CHECK_ARG(machines >= 1, "machines = ", machines, ": expected >= 1");
+  ContextOptions options;
+  options.heap_bytes = heap_bytes;
+  options.heap_transport = heap_transport;
+  options.emulate_machines = machines;
+  std::unique_ptr<RankContext> ctx;
+  {
+    nb::gil_scoped_release released;  // collective: waits for the other processes' ranks
+    ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), options);
+  }
+  return RankContextHandle{std::make_shared<RankSession>(std::move(ctx))};
+}
+
+void close_binding(const RankContextHandle& h) {
+  TESSERA_CHECK_ARG(h.session->owns_context(),
+                    "RankContext.close: this rank's context belongs to tessera.run_cpu_ranks "
+                    "(it ends when the rank's function returns): expected a context from "
+                    "tessera.cuda_context()");
+  nb::gil_scoped_release released;  // tearing down NCCL and the heap is collective
+  h.session->close();
+}
+
 }  // namespace
 
 void bind_ranks(nb::module_& m) {
-  nb::class_<RankContextHandle>(m, "RankContext",
-                                "One rank of a tessera.run_cpu_ranks run (valid only inside the "
-                                "function it runs).")
+  nb::class_<RankContextHandle>(
+      m, "RankContext",
+      "One rank: a rank thread of tessera.run_cpu_ranks (valid only inside the function it "
+      "runs), or this process's rank from tessera.cuda_context() (valid until close()).")
       .def_prop_ro(
           "rank", [](const RankContextHandle& h) { return h.session->context("ctx").rank; },
           "This rank, 0 .. size - 1.")
@@ -127,8 +158,24 @@ void bind_ranks(nb::module_& m) {
           },
           "'cpu' or 'cuda'.")
       .def_prop_ro(
+          "device",
+          [](const RankContextHandle& h) { return h.session->context("ctx").device.to_string(); },
+          "The rank's device: 'cpu', or 'cuda:N' (N = the local rank).")
+      .def_prop_ro(
           "is_open", [](const RankContextHandle& h) { return h.session->is_open(); },
-          "False once the rank's function returned.")
+          "False once closed, or once the rank's function returned.")
+      .def("close", close_binding,
+           "Ends a context from tessera.cuda_context(): destroys the layers planned on it, its "
+           "communicators and symmetric heap. Collective. Idempotent.")
+      .def(
+          "__enter__", [](const RankContextHandle& h) { return h; }, "Returns the context.")
+      .def(
+          "__exit__",
+          [](const RankContextHandle& h, nb::handle, nb::handle, nb::handle) {
+            if (h.session->is_open()) close_binding(h);
+          },
+          nb::arg("exc_type").none(), nb::arg("exc").none(), nb::arg("traceback").none(),
+          "close()s the context.")
       .def(
           "barrier",
           [](const RankContextHandle& h) {
@@ -139,6 +186,8 @@ void bind_ranks(nb::module_& m) {
           },
           "Waits until every rank arrived (bounded by TESSERA_TIMEOUT_MS).");
 
+  m.def("_cuda_context", cuda_context_binding, nb::arg("heap_bytes"), nb::arg("heap_transport"),
+        nb::arg("machines"), "This process's cuda rank. Use tessera.cuda_context.");
   m.def("_run_cpu_ranks", run_cpu_ranks_binding, nb::arg("world_size"), nb::arg("body"),
         nb::arg("machines"), nb::arg("heap_bytes"),
         "Runs body(ctx) on world_size rank threads; body returns (ok, value, code, message). "

@@ -225,8 +225,10 @@ void bind_sp_attention(nb::module_& sp) {
            nb::arg("joint_out") = nb::none(), nb::arg("stream") = 0,
            "Runs the plan on this rank's shards q [B, L_r, H, D], k, v [B, L_r, Hkv, D] (rows "
            "in local_tokens order) and returns out [B, L_r, H, D]; with joint tokens also takes "
-           "joint_q/k/v [B, J, H|Hkv, D] and returns (out, joint_out). Collective. stream: a "
-           "cudaStream_t as an int for cuda arrays, 0 on cpu.")
+           "joint_q/k/v [B, J, H|Hkv, D] and returns (out, joint_out). Collective. Outputs given "
+           "as None are new arrays (NumPy on the cpu, from q's framework on a GPU). stream: a "
+           "cudaStream_t as an int for cuda arrays (None: the current stream of q's framework, "
+           "torch or CuPy), 0 on cpu.")
       .def_prop_ro("local_tokens", &SpAttentionLayer::local_tokens, nb::rv_policy::move,
                    "int64 [L_r]: the image token (0 .. seq_len - 1) each local row holds.")
       .def_prop_ro(

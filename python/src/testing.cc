@@ -3,10 +3,13 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
+#include "arrays.h"
 #include "bindings.h"
+#include "tessera/attn/attention.h"
 #include "tessera/core/error.h"
 
 namespace nb = nanobind;
@@ -32,6 +35,26 @@ nb::ndarray<> foreign_device_array(const std::vector<size_t>& shape, const std::
                        type, 0);
 }
 
+// Host seconds per call of the C++ attention entry (attn::forward) made `calls` times in a row
+// from C++ on the same arrays: what a Python call to tessera.attention is measured against
+// (bench/python_overhead.py). The launches are asynchronous; the caller synchronizes.
+double time_attention_calls(const InArray& q_arr, const InArray& k_arr, const InArray& v_arr,
+                            const OutArray& out_arr, int calls, uint64_t stream_handle) {
+  TESSERA_CHECK_ARG(calls >= 1, "calls = ", calls, ": expected >= 1");
+  const TensorView q = checked_view(q_arr, {"q", "[B, Lq, Hq, D]", 4});
+  const TensorView k = checked_view(k_arr, {"k", "[B, Lkv, Hkv, D]", 4});
+  const TensorView v = checked_view(v_arr, {"v", "[B, Lkv, Hkv, D]", 4});
+  const TensorView o = checked_view(out_arr, {"out", "[B, Lq, Hq, D]", 4, true});
+  const Stream stream = stream_for(stream_handle, q.device());
+  const float scale = attn::default_softmax_scale(q.size(3));
+  nb::gil_scoped_release released;
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) {
+    attn::forward(q, k, v, o, TensorView(), attn::MaskSpec::none(), scale, stream);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+}
+
 }  // namespace
 
 void bind_testing(nb::module_& m) {
@@ -39,6 +62,10 @@ void bind_testing(nb::module_& m) {
   t.def("foreign_device_array", foreign_device_array, nb::arg("shape"), nb::arg("device"),
         "A float32 array view that claims to live on a cuda (or rocm) device; its memory is "
         "never read. For testing the device checks on a machine without a GPU.");
+  t.def("time_attention_calls", time_attention_calls, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("out"), nb::arg("calls"), nb::arg("stream") = 0,
+        "Host seconds per call of the C++ attention entry, `calls` calls in a row from C++ "
+        "(non-causal, default scale): the baseline of the Python per-call overhead.");
 }
 
 }  // namespace tessera::python

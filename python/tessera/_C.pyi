@@ -27,15 +27,18 @@ def attention(
     kv_start: int = 0,
     out: Optional[ArrayLike] = None,
     return_lse: bool = False,
-    stream: int = 0,
+    stream: Optional[int] = None,
 ) -> Any:
     """Local attention o = softmax(scale * q k^T) v.
 
     q [B, Lq, Hq, D], k and v [B, Lkv, Hkv, D] with Hq % Hkv == 0 (GQA); float32, float16 or
     bfloat16 (NumPy: uint16 bit patterns); unit stride in D, any other strides. causal masks
-    key position kv_start + j > query position q_start + i. Returns out (a new array of q's
-    dtype when None: cpu only), and with return_lse=True the tuple (out, lse float32
-    [B, Hq, Lq]). stream: a cudaStream_t as an int for cuda arrays, 0 on cpu.
+    key position kv_start + j > query position q_start + i. Returns out (when None: a new
+    array of q's dtype, NumPy on the cpu, from q's framework on a GPU), and with
+    return_lse=True the tuple (out, lse float32 [B, Hq, Lq]) (cpu only). stream: a
+    cudaStream_t as an int for cuda arrays (None: the current stream of q's framework, torch
+    or CuPy), 0 on cpu. (tessera.attention; _C.attention itself needs out on a GPU and takes
+    stream 0 by default.)
     """
 
 def reference_attention(
@@ -51,7 +54,8 @@ def reference_attention(
     """Tessera's float32 reference on cpu arrays: (o [B, Lq, Hq, D], lse [B, Hq, Lq])."""
 
 class RankContext:
-    """One rank of a tessera.run_cpu_ranks run (valid only inside the function it runs)."""
+    """One rank: a rank thread of tessera.run_cpu_ranks (valid only inside the function it
+    runs), or this process's rank from tessera.cuda_context() (valid until close())."""
 
     @property
     def rank(self) -> int: ...
@@ -62,9 +66,18 @@ class RankContext:
     @property
     def backend(self) -> str: ...
     @property
+    def device(self) -> str:
+        """'cpu', or 'cuda:N' (N = the local rank)."""
+    @property
     def is_open(self) -> bool: ...
     def barrier(self) -> None:
         """Waits until every rank arrived (bounded by TESSERA_TIMEOUT_MS)."""
+    def close(self) -> None:
+        """Ends a context from tessera.cuda_context() (collective, idempotent)."""
+    def __enter__(self) -> "RankContext": ...
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None: ...
+
+def _cuda_context(heap_bytes: int, heap_transport: str, machines: int) -> RankContext: ...
 
 def _run_cpu_ranks(
     world_size: int,

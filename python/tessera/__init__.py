@@ -13,6 +13,9 @@ the same protocol), so the package links no framework's C++ ABI::
         return rows, layer(q[:, rows], k[:, rows], v[:, rows])
     shards = tessera.run_cpu_ranks(4, rank)
 
+On a GPU, torch or CuPy arrays run on the framework's current stream, and outputs come from
+its allocator; ``tessera.cuda_context()`` is this process's rank (torchrun, mpirun or alone).
+
 Errors raise :class:`tessera.Error` subclasses (InvalidArgumentError is also a ValueError)
 with messages that name the argument and what was expected.
 """
@@ -34,8 +37,10 @@ from ._errors import (
     UnsupportedError,
     ERROR_CLASSES as _ERROR_CLASSES,
 )
+from ._frameworks import default_stream as _default_stream
 from ._frameworks import like_input as _like_input
-from ._ranks import run_cpu_ranks
+from ._frameworks import new_output as _new_output
+from ._ranks import cuda_context, run_cpu_ranks
 from . import model, sp
 
 _C._register_error_classes(_ERROR_CLASSES)
@@ -44,8 +49,12 @@ RankContext = _C.RankContext
 reference_attention = _C.reference_attention
 
 
-def attention(q, k, v, **kwargs):
-    return _like_input(q, _C.attention(q, k, v, **kwargs))
+def attention(q, k, v, *, out=None, stream=None, **kwargs):
+    if out is None:
+        out = _new_output(q)
+    if stream is None:
+        stream = _default_stream(q)
+    return _like_input(q, _C.attention(q, k, v, out=out, stream=stream, **kwargs))
 
 
 attention.__doc__ = _C.attention.__doc__
@@ -67,6 +76,7 @@ __all__ = [
     "TimeoutError",
     "UnsupportedError",
     "attention",
+    "cuda_context",
     "info",
     "model",
     "reference_attention",

@@ -1,9 +1,11 @@
-"""Outputs in the caller's framework.
+"""Outputs and streams in the caller's framework.
 
-Tessera allocates the outputs it returns itself (when no `out` is given) as NumPy arrays, so the
-extension links no framework. A caller who passed PyTorch tensors gets PyTorch tensors back, the
-same memory through DLPack (bfloat16 bit patterns viewed as bfloat16). The framework is the one
-the inputs came from, already imported by the caller: nothing is imported here.
+On the cpu, Tessera allocates the outputs it returns itself (when no `out` is given) as NumPy
+arrays, so the extension links no framework. A caller who passed PyTorch tensors gets PyTorch
+tensors back, the same memory through DLPack (bfloat16 bit patterns viewed as bfloat16). On a
+GPU, outputs come from the inputs' framework (torch.empty_like, cupy.empty_like) and calls run
+on its current stream unless the caller names others. The framework is the one the inputs came
+from, already imported by the caller: nothing is imported here.
 """
 
 from __future__ import annotations
@@ -29,3 +31,40 @@ def like_input(sample: Any, result: Any) -> Any:
         return t
 
     return tuple(convert(a) for a in result) if isinstance(result, tuple) else convert(result)
+
+
+def _framework(sample: Any) -> str:
+    return type(sample).__module__.split(".")[0]
+
+
+def _on_cuda(sample: Any) -> bool:
+    device = getattr(sample, "device", None)
+    if _framework(sample) == "torch":
+        return device is not None and device.type == "cuda"
+    if _framework(sample) == "cupy":
+        return True  # CuPy arrays live on a GPU
+    return False
+
+
+def default_stream(sample: Any) -> int:
+    """The stream a call on `sample` runs on when the caller names none: the framework's
+    current stream for torch and CuPy arrays on a GPU (so the call orders with the framework's
+    own work, and is captured by torch.cuda.graph), else 0 (cpu, or the legacy default
+    stream, which orders with every blocking stream)."""
+    if _framework(sample) == "torch" and _on_cuda(sample):
+        return sys.modules["torch"].cuda.current_stream(sample.device).cuda_stream
+    if _framework(sample) == "cupy":
+        return sys.modules["cupy"].cuda.get_current_stream().ptr
+    return 0
+
+
+def new_output(sample: Any) -> Any:
+    """An uninitialized array like `sample` from its own framework's allocator where `sample`
+    lives on a GPU (Tessera allocates no device memory itself); None elsewhere (Tessera then
+    returns a new NumPy array on the cpu, or says that cuda needs `out`)."""
+    if not _on_cuda(sample):
+        return None
+    if _framework(sample) == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty_like(sample, memory_format=torch.contiguous_format)
+    return sys.modules["cupy"].empty_like(sample, order="C")

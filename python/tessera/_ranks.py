@@ -1,4 +1,5 @@
-"""tessera.run_cpu_ranks: a Python function on P rank threads of the cpu backend."""
+"""Rank contexts: tessera.run_cpu_ranks (a Python function on P rank threads of the cpu
+backend) and tessera.cuda_context (this process's rank on the cuda backend)."""
 
 from __future__ import annotations
 
@@ -64,3 +65,22 @@ def run_cpu_ranks(
         raise error from errors[error.rank]
     # No rank failed, so every rank ran fn and returned (True, value, "", "").
     return [o[1] for o in outcomes if o is not None]
+
+
+def cuda_context(
+    *, heap_bytes: int = 1 << 30, heap_transport: str = "auto", machines: int = 1
+) -> _C.RankContext:
+    """This process's rank on the cuda backend, on GPU ``local_rank``.
+
+    The ranks come from the launcher's variables: torchrun's (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR, MASTER_PORT), mpirun's or srun's, or tessera's own launcher; with none, a world
+    of one. Collective: every process calls it. It makes the world communicator (NCCL) and a
+    symmetric heap of ``heap_bytes`` per rank (``heap_transport``: nvshmem, ipc or auto) that
+    one-sided plans allocate from; ``machines`` > 1 regroups the ranks into emulated machines.
+    Close it with ``ctx.close()`` or a ``with`` block; layers planned on it end with it::
+
+        with tessera.cuda_context() as ctx:
+            layer = tessera.sp.Attention(ctx, seq_len=L, heads=H, head_dim=D, dtype="bfloat16")
+            out = layer(q, k, v)      # torch tensors on cuda:<local_rank>
+    """
+    return _C._cuda_context(heap_bytes, heap_transport, machines)

@@ -52,10 +52,12 @@ class Attention:
         joint_k: Optional[ArrayLike] = None,
         joint_v: Optional[ArrayLike] = None,
         joint_out: Optional[ArrayLike] = None,
-        stream: int = 0,
+        stream: Optional[int] = None,
     ) -> Union[Any, tuple[Any, Any]]:
         """Runs the plan on this rank's shards; returns out [B, L_r, H, D], or (out,
-        joint_out [B, J, H, D]) when the layer has joint tokens. Collective."""
+        joint_out [B, J, H, D]) when the layer has joint tokens. Collective. Outputs left None
+        are new arrays (NumPy on the cpu, from q's framework on a GPU); stream None: the
+        current stream of q's framework (torch, CuPy) on a GPU, 0 on the cpu."""
 
     @property
     def local_tokens(self) -> npt.NDArray[np.int64]:

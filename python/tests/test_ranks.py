@@ -107,3 +107,19 @@ def test_world_size_and_fn_are_checked():
         tessera.run_cpu_ranks(0, lambda ctx: None)
     with pytest.raises(TypeError, match="fn: int object: expected a callable"):
         tessera.run_cpu_ranks(2, 5)
+
+
+def test_a_rank_thread_context_is_not_closed_by_hand():
+    def rank(ctx):
+        assert ctx.device == "cpu"
+        with pytest.raises(tessera.InvalidArgumentError, match="belongs to tessera.run_cpu_ranks"):
+            ctx.close()
+        return ctx.is_open
+
+    assert tessera.run_cpu_ranks(2, rank) == [True, True]
+
+
+@pytest.mark.skipif("cuda" in tessera.info()["backends"], reason="this build has cuda")
+def test_cuda_context_is_refused_by_a_cpu_build():
+    with pytest.raises(tessera.UnsupportedError, match="no cuda backend"):
+        tessera.cuda_context()

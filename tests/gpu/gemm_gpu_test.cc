@@ -1,11 +1,13 @@
 // The Hopper GEMM building block (kHopper) and cuBLASLt on one GPU against a float64 reference:
 // both weight layouts, with and without bias, bf16 and f16, M from 1 to 4096 including sizes no
-// tile divides; the building block within the same bound as cuBLASLt.
+// tile divides; the building block within the same bound as cuBLASLt; each call run twice,
+// bitwise alike.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -57,6 +59,17 @@ TEST(GemmGpu, BuildingBlockSkinnyAndCublasLtMatchTheReference) {
           stream.synchronize();
           std::vector<std::byte> got(size_t(c.m * c.n) * 2);
           ASSERT_EQ(cudaMemcpy(got.data(), out.ptr, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          {  // run to run: a second call on fresh poison gives bitwise the same output
+            ASSERT_EQ(cudaMemset(out.ptr, 0xff, got.size()), cudaSuccess);
+            gemm.run(TensorView(a.ptr, dtype, gpu, {c.m, c.k}),
+                     weight_nk ? TensorView(b.ptr, dtype, gpu, {c.n, c.k}) : TensorView(b.ptr, dtype, gpu, {c.k, c.n}),
+                     bias ? TensorView(bias_d.ptr, dtype, gpu, {c.n}) : TensorView(),
+                     TensorView(out.ptr, dtype, gpu, {c.m, c.n}), stream);
+            stream.synchronize();
+            std::vector<std::byte> again(got.size());
+            ASSERT_EQ(cudaMemcpy(again.data(), out.ptr, again.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+            EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size()), 0) << "second call not bitwise the first";
+          }
           const double eps = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
           int failures = 0;
           // Every row of small problems; a stride of rows of the large one.

@@ -277,6 +277,16 @@ void expect_correct(const LayerTensors& t, const Problem& p, const std::string& 
               e.tolerance);
 }
 
+// The bf16 bit patterns of a device tensor (empty for an absent one).
+std::vector<uint16_t> download_bits(const Tensor& t) {
+  std::vector<uint16_t> host(t.view().empty() ? 0 : size_t(t.view().numel()));
+  if (!host.empty()) {
+    EXPECT_EQ(cudaMemcpy(host.data(), t.data(), host.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+  }
+  return host;
+}
+
 struct MethodCase {
   Method method;
   CommMode comm;
@@ -314,7 +324,9 @@ void check_every_method(RankContext& ctx, const ShapeCase& shape, uint32_t seed)
     ctx.stream.synchronize();
     ctx.heap->check_errors();
     expect_correct(t, p, str(what, " [", layer->plan().summary(), "]"), ctx.rank);
-    // A second run on fresh poison: buffers, signals and barriers are reusable.
+    const std::vector<uint16_t> first_o = download_bits(t.o), first_jo = download_bits(t.jo);
+    // A second run on fresh poison: buffers, signals and barriers are reusable, and the
+    // output is bitwise the first run's (merges in plan order, never in arrival order).
     EXPECT_EQ(cudaMemset(t.o.data(), 0xFF, t.o.view().span_bytes()), cudaSuccess);
     if (!t.joint_pos.empty())
       EXPECT_EQ(cudaMemset(t.jo.data(), 0xFF, t.jo.view().span_bytes()), cudaSuccess);
@@ -322,6 +334,9 @@ void check_every_method(RankContext& ctx, const ShapeCase& shape, uint32_t seed)
     layer->run(views(t), ctx.stream);
     ctx.stream.synchronize();
     expect_correct(t, p, what + " (second run)", ctx.rank);
+    EXPECT_TRUE(download_bits(t.o) == first_o) << what << ": second run not bitwise the first";
+    EXPECT_TRUE(download_bits(t.jo) == first_jo) << what << ": joint output of the second run "
+                                                 << "not bitwise the first";
   }
 }
 
