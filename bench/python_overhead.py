@@ -11,6 +11,9 @@ never waits for the GPU inside a round):
   python:          tessera.attention(q, k, v, out=out, stream=handle), out and stream given;
   python defaults: tessera.attention(q, k, v), out from torch.empty_like, torch's current
                    stream (what most callers write);
+  _C __dlpack__:   tessera._C.attention(q, k, v, out=out, stream=handle), the extension called
+                   with the tensors themselves: nanobind imports each through the protocol
+                   method __dlpack__ (the package passes torch's C exporter's capsules instead);
   torch sdpa:      torch.nn.functional.scaled_dot_product_attention on the same tensors, for
                    scale (a framework call of the same kind).
 Median over --rounds of the per-call mean. Records as bench `python` (case "attention b1 l128
@@ -64,12 +67,16 @@ def main():
         for _ in range(n):
             tessera.attention(q, k, v)
 
+    def c_dlpack(n):
+        for _ in range(n):
+            tessera._C.attention(q, k, v, out=out, stream=stream)
+
     def sdpa(n):
         for _ in range(n):
             torch.nn.functional.scaled_dot_product_attention(qt, kt, vt)
 
     impls = [("cpp", cpp), ("python", python), ("python defaults", python_defaults),
-             ("torch sdpa", sdpa)]
+             ("_C __dlpack__", c_dlpack), ("torch sdpa", sdpa)]
     for _, fn in impls:  # warm up: kernels loaded, allocator primed
         per_call_us(fn, 50, 2)
     commit = os.environ.get("TESSERA_COMMIT") or subprocess.run(

@@ -22,6 +22,7 @@
 #include "rank_session.h"
 #include "tessera/comm/bootstrap.h"
 #include "tessera/core/error.h"
+#include "tessera/core/logging.h"
 #include "tessera/core/params.h"
 
 namespace nb = nanobind;
@@ -130,6 +131,7 @@ void close_binding(const RankContextHandle& h) {
                     "tessera.cuda_context()");
   nb::gil_scoped_release released;  // tearing down NCCL and the heap is collective
   h.session->close();
+  set_thread_rank(-1);  // errors raised after this name no rank ("tessera: ...")
 }
 
 }  // namespace

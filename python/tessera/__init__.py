@@ -38,6 +38,7 @@ from ._errors import (
     ERROR_CLASSES as _ERROR_CLASSES,
 )
 from ._frameworks import default_stream as _default_stream
+from ._frameworks import exported as _exported
 from ._frameworks import like_input as _like_input
 from ._frameworks import new_output as _new_output
 from ._ranks import cuda_context, run_cpu_ranks
@@ -49,12 +50,17 @@ RankContext = _C.RankContext
 reference_attention = _C.reference_attention
 
 
-def attention(q, k, v, *, out=None, stream=None, **kwargs):
+def attention(q, k, v, *, out=None, stream=None, return_lse=False, **kwargs):
     if out is None:
         out = _new_output(q)
     if stream is None:
         stream = _default_stream(q)
-    return _like_input(q, _C.attention(q, k, v, out=out, stream=stream, **kwargs))
+    result = _C.attention(_exported(q), _exported(k), _exported(v),
+                          out=None if out is None else _exported(out), stream=stream,
+                          return_lse=return_lse, **kwargs)
+    if out is not None:  # the caller's (or the framework's) array, not the capsule it crossed as
+        result = (out, result[1]) if return_lse else out
+    return _like_input(q, result)
 
 
 attention.__doc__ = _C.attention.__doc__

@@ -38,12 +38,19 @@ def _framework(sample: Any) -> str:
 
 
 def _on_cuda(sample: Any) -> bool:
-    device = getattr(sample, "device", None)
     if _framework(sample) == "torch":
-        return device is not None and device.type == "cuda"
-    if _framework(sample) == "cupy":
-        return True  # CuPy arrays live on a GPU
-    return False
+        return sample.is_cuda
+    return _framework(sample) == "cupy"  # CuPy arrays live on a GPU
+
+
+def exported(x: Any) -> Any:
+    """`x` as it crosses into the extension: a torch tensor as the DLPack capsule of torch's C
+    exporter (torch.utils.dlpack.to_dlpack, well under a microsecond), where the protocol method
+    x.__dlpack__() that nanobind calls otherwise runs Python code costing microseconds per
+    tensor, several per call; anything else unchanged. The capsule shares x's memory."""
+    if _framework(x) == "torch":
+        return sys.modules["torch"].utils.dlpack.to_dlpack(x)
+    return x
 
 
 def default_stream(sample: Any) -> int:
@@ -51,8 +58,12 @@ def default_stream(sample: Any) -> int:
     current stream for torch and CuPy arrays on a GPU (so the call orders with the framework's
     own work, and is captured by torch.cuda.graph), else 0 (cpu, or the legacy default
     stream, which orders with every blocking stream)."""
-    if _framework(sample) == "torch" and _on_cuda(sample):
-        return sys.modules["torch"].cuda.current_stream(sample.device).cuda_stream
+    if _framework(sample) == "torch" and sample.is_cuda:
+        torch = sys.modules["torch"]
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton calls: fast
+        if raw is not None:
+            return raw(sample.get_device())
+        return torch.cuda.current_stream(sample.device).cuda_stream
     if _framework(sample) == "cupy":
         return sys.modules["cupy"].cuda.get_current_stream().ptr
     return 0

@@ -5,7 +5,11 @@ keeps the fastest), ring, ulysses, usp, tas, torus (StreamFusion) and mesh.
 """
 
 from . import _C
-from ._frameworks import default_stream, like_input, new_output
+from ._frameworks import default_stream, exported, like_input, new_output
+
+
+def _exported_or_none(x):
+    return None if x is None else exported(x)
 
 
 class Attention(_C.sp.Attention):
@@ -19,9 +23,19 @@ class Attention(_C.sp.Attention):
             joint_out = new_output(joint_q)
         if stream is None:
             stream = default_stream(q)
-        return like_input(q, super().__call__(q, k, v, out=out, joint_q=joint_q, joint_k=joint_k,
-                                              joint_v=joint_v, joint_out=joint_out,
-                                              stream=stream))
+        result = super().__call__(
+            exported(q), exported(k), exported(v), out=_exported_or_none(out),
+            joint_q=_exported_or_none(joint_q), joint_k=_exported_or_none(joint_k),
+            joint_v=_exported_or_none(joint_v), joint_out=_exported_or_none(joint_out),
+            stream=stream)
+        # Outputs given (or made by the framework) come back as themselves, not as the
+        # capsules they crossed as.
+        if joint_q is not None:
+            result = (result[0] if out is None else out,
+                      result[1] if joint_out is None else joint_out)
+        elif out is not None:
+            result = out
+        return like_input(q, result)
 
     __call__.__doc__ = _C.sp.Attention.__call__.__doc__
 

@@ -102,6 +102,7 @@ def test_sequence_parallel_attention_on_a_world_of_one(ctx, method):
     rows = torch.from_numpy(layer.local_tokens).to(DEVICE) + J
     out, joint_out = layer(q[:, rows], k[:, rows], v[:, rows], joint_q=q[:, :J].contiguous(),
                            joint_k=k[:, :J].contiguous(), joint_v=v[:, :J].contiguous())
+    assert isinstance(out, torch.Tensor) and isinstance(joint_out, torch.Tensor)
     torch.cuda.current_stream().synchronize()
     got = torch.empty_like(q)
     got[:, rows], got[:, :J] = out, joint_out
