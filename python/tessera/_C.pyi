@@ -27,7 +27,7 @@ def attention(
     kv_start: int = 0,
     out: Optional[ArrayLike] = None,
     return_lse: bool = False,
-    stream: Optional[int] = None,
+    stream: int = 0,
 ) -> Any:
     """Local attention o = softmax(scale * q k^T) v.
 
@@ -37,8 +37,8 @@ def attention(
     array of q's dtype, NumPy on the cpu, from q's framework on a GPU), and with
     return_lse=True the tuple (out, lse float32 [B, Hq, Lq]) (cpu only). stream: a
     cudaStream_t as an int for cuda arrays (None: the current stream of q's framework, torch
-    or CuPy), 0 on cpu. (tessera.attention; _C.attention itself needs out on a GPU and takes
-    stream 0 by default.)
+    or CuPy), 0 on cpu. These defaults are tessera.attention's: _C.attention itself needs `out`
+    on a GPU and runs on stream 0 unless told.
     """
 
 def reference_attention(

@@ -16,9 +16,13 @@ from typing import Any
 import numpy as np
 
 
+def _framework(sample: Any) -> str:
+    return type(sample).__module__.split(".")[0]
+
+
 def like_input(sample: Any, result: Any) -> Any:
     """`result` (an array or a tuple of them) in `sample`'s framework where Tessera made it."""
-    if type(sample).__module__.split(".")[0] != "torch":
+    if _framework(sample) != "torch":
         return result
     torch = sys.modules["torch"]
 
@@ -31,10 +35,6 @@ def like_input(sample: Any, result: Any) -> Any:
         return t
 
     return tuple(convert(a) for a in result) if isinstance(result, tuple) else convert(result)
-
-
-def _framework(sample: Any) -> str:
-    return type(sample).__module__.split(".")[0]
 
 
 def _on_cuda(sample: Any) -> bool:
