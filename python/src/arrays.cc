@@ -1,5 +1,7 @@
 #include "arrays.h"
 
+#include <nanobind/stl/string.h>
+
 #include <cstring>
 #include <new>
 
@@ -68,7 +70,33 @@ Device tessera_device(const ArrayFields& a, const char* name) {
                   "): expected cpu or cuda memory"));
 }
 
+// "float32", np.float32, np.dtype("float32"), torch.float32 -> "float32".
+std::string dtype_text(const nb::handle& dtype) {
+  if (nb::isinstance<nb::str>(dtype)) return nb::cast<std::string>(dtype);
+  for (const char* attr : {"name", "__name__"}) {
+    if (nb::hasattr(dtype, attr)) {
+      nb::object name = nb::getattr(dtype, attr);
+      if (nb::isinstance<nb::str>(name)) return nb::cast<std::string>(name);
+    }
+  }
+  std::string text = nb::cast<std::string>(nb::str(dtype));
+  if (text.rfind("torch.", 0) == 0) text = text.substr(6);
+  return text;
+}
+
 }  // namespace
+
+DType dtype_argument(const nb::handle& dtype, const char* what) {
+  const std::string text = dtype_text(dtype);
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    if (text == dtype_name(d)) return d;
+  }
+  if (text == "float32" || text == "fp32") return DType::kF32;
+  if (text == "float16" || text == "fp16" || text == "half") return DType::kF16;
+  if (text == "bfloat16") return DType::kBF16;
+  throw_error(ErrorCode::kInvalidArgument,
+              str(what, " = '", text, "': expected float32, float16 or bfloat16"));
+}
 
 bool is_bf16_bits(const ArrayFields& a) {
   return a.dtype.code == uint8_t(nb::dlpack::dtype_code::UInt) && a.dtype.bits == 16 &&
@@ -93,6 +121,11 @@ TensorView checked_view(const ArrayFields& a, const ArgSpec& spec) {
                     spec.layout, " ", dims_string(a.ndim, a.shape),
                     "): expected stride 1 there (other dimensions may have any stride)");
   switch (a.ndim) {
+    case 1:
+      return TensorView(const_cast<void*>(a.data), dtype, device, {a.shape[0]}, {a.strides[0]});
+    case 2:
+      return TensorView(const_cast<void*>(a.data), dtype, device, {a.shape[0], a.shape[1]},
+                        {a.strides[0], a.strides[1]});
     case 4:
       return TensorView(const_cast<void*>(a.data), dtype, device,
                         {a.shape[0], a.shape[1], a.shape[2], a.shape[3]},

@@ -80,4 +80,8 @@ Stream stream_for(uint64_t handle, Device device);
 // "[2, 5, 8, 16]"
 std::string shape_string(const TensorView& t);
 
+// A dtype argument as Python spells it ("bfloat16", "bf16", np.float32, np.dtype("float16"),
+// torch.bfloat16) -> float32, float16 or bfloat16; anything else throws naming `what`.
+DType dtype_argument(const nanobind::handle& dtype, const char* what);
+
 }  // namespace tessera::python

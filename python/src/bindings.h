@@ -11,6 +11,7 @@ void bind_info(nanobind::module_& m);           // info.cc
 void bind_attention(nanobind::module_& m);      // attention.cc
 void bind_ranks(nanobind::module_& m);          // ranks.cc
 void bind_sp_attention(nanobind::module_& sp);  // sp_attention.cc
+void bind_tp_operation(nanobind::module_& tp);  // tp_operation.cc
 void bind_model(nanobind::module_& model);      // model.cc
 void bind_testing(nanobind::module_& m);        // testing.cc
 

@@ -12,6 +12,8 @@ NB_MODULE(_C, m) {
   tessera::python::bind_ranks(m);
   nanobind::module_ sp = m.def_submodule("sp", "Sequence-parallel attention.");
   tessera::python::bind_sp_attention(sp);
+  nanobind::module_ tp = m.def_submodule("tp", "Tensor-parallel GEMMs with their communication.");
+  tessera::python::bind_tp_operation(tp);
   nanobind::module_ model = m.def_submodule("model", "The model runtime: Llama-family decoders.");
   tessera::python::bind_model(model);
   tessera::python::bind_testing(m);

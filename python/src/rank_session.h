@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "tessera/comm/context.h"
-#include "tessera/sp/attention_layer.h"
 
 namespace tessera::python {
 
@@ -26,8 +25,14 @@ class RankSession {
   // The live context; throws kInvalidArgument naming `what` after close().
   RankContext& context(const char* what) const;
   bool is_open() const { return ctx_ != nullptr; }
-  // Owns `layer` until close(); Python holds the weak handle.
-  std::weak_ptr<sp::SpAttention> adopt(std::unique_ptr<sp::SpAttention> layer);
+  // Owns `layer` (an sp::SpAttention, a tp::TpOperation) until close(); Python holds the weak
+  // handle.
+  template <typename Layer>
+  std::weak_ptr<Layer> adopt(std::unique_ptr<Layer> layer) {
+    std::shared_ptr<Layer> owned(std::move(layer));
+    layers_.push_back(owned);
+    return owned;
+  }
   // Destroys every adopted layer, then the context if owned, and forgets it.
   void close();
 
@@ -35,7 +40,7 @@ class RankSession {
   RankContext* ctx_;
   bool owning_ = false;
   std::unique_ptr<RankContext> owned_;  // declared before layers_: destroyed after them
-  std::vector<std::shared_ptr<sp::SpAttention>> layers_;
+  std::vector<std::shared_ptr<void>> layers_;  // each destroyed as its own type
 };
 
 // tessera.RankContext: what Python holds (a shared session, so layers can check it).

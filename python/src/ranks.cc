@@ -36,11 +36,6 @@ RankContext& RankSession::context(const char* what) const {
   return *ctx_;
 }
 
-std::weak_ptr<sp::SpAttention> RankSession::adopt(std::unique_ptr<sp::SpAttention> layer) {
-  layers_.push_back(std::shared_ptr<sp::SpAttention>(std::move(layer)));
-  return layers_.back();
-}
-
 void RankSession::close() {
   layers_.clear();
   owned_.reset();

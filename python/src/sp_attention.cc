@@ -17,6 +17,7 @@
 #include "bindings.h"
 #include "rank_session.h"
 #include "tessera/core/error.h"
+#include "tessera/sp/attention_layer.h"
 #include "tessera/sp/plan.h"
 
 namespace nb = nanobind;
@@ -24,32 +25,6 @@ namespace nb = nanobind;
 namespace tessera::python {
 
 namespace {
-
-// "float32", np.float32, np.dtype("float32"), torch.float32 -> "float32".
-std::string dtype_text(const nb::handle& dtype) {
-  if (nb::isinstance<nb::str>(dtype)) return nb::cast<std::string>(dtype);
-  for (const char* attr : {"name", "__name__"}) {
-    if (nb::hasattr(dtype, attr)) {
-      nb::object name = nb::getattr(dtype, attr);
-      if (nb::isinstance<nb::str>(name)) return nb::cast<std::string>(name);
-    }
-  }
-  std::string text = nb::cast<std::string>(nb::str(dtype));
-  if (text.rfind("torch.", 0) == 0) text = text.substr(6);
-  return text;
-}
-
-DType plan_dtype(const nb::handle& dtype) {
-  const std::string text = dtype_text(dtype);
-  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
-    if (text == dtype_name(d)) return d;
-  }
-  if (text == "float32" || text == "fp32") return DType::kF32;
-  if (text == "float16" || text == "fp16" || text == "half") return DType::kF16;
-  if (text == "bfloat16") return DType::kBF16;
-  throw_error(ErrorCode::kInvalidArgument,
-              str("dtype = '", text, "': expected float32, float16 or bfloat16"));
-}
 
 class SpAttentionLayer {
  public:
@@ -67,7 +42,7 @@ class SpAttentionLayer {
     request.heads = heads;
     request.kv_heads = kv_heads;
     request.head_dim = head_dim;
-    request.dtype = plan_dtype(dtype);
+    request.dtype = dtype_argument(dtype, "dtype");
     request.causal = causal;
     request.joint_tokens = joint_tokens;
     request.options.method = sp::parse_method(method, "method");

@@ -42,7 +42,7 @@ from ._frameworks import exported as _exported
 from ._frameworks import like_input as _like_input
 from ._frameworks import new_output as _new_output
 from ._ranks import cuda_context, run_cpu_ranks
-from . import model, sp
+from . import model, sp, tp
 
 _C._register_error_classes(_ERROR_CLASSES)
 
@@ -88,4 +88,5 @@ __all__ = [
     "reference_attention",
     "run_cpu_ranks",
     "sp",
+    "tp",
 ]

@@ -79,3 +79,18 @@ def new_output(sample: Any) -> Any:
         torch = sys.modules["torch"]
         return torch.empty_like(sample, memory_format=torch.contiguous_format)
     return sys.modules["cupy"].empty_like(sample, order="C")
+
+
+_TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def new_array(sample: Any, shape: tuple, dtype: str) -> Any:
+    """An uninitialized `shape` array of Tessera's `dtype` ("f32", "f16", "bf16") from
+    `sample`'s framework, on its GPU, where `sample` lives on one; None elsewhere (as
+    new_output)."""
+    if not _on_cuda(sample):
+        return None
+    if _framework(sample) == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device=sample.device)
+    return sys.modules["cupy"].empty(shape, dtype=_TORCH_DTYPES[dtype])  # no bf16: CuPy says so

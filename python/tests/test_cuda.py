@@ -1,9 +1,10 @@
 """Tessera on a GPU from PyTorch: local attention against torch's SDPA on torch's current stream
 and on a named one, outputs from torch's allocator; sequence-parallel attention on a world of
-one (tessera.cuda_context) for every method; both captured in torch.cuda.graph and replayed
-with new inputs; the Llama model runtime on cuda against the NumPy Llama; diffusers' Flux with
-Tessera's processor against diffusers' own attention. Skipped without torch, a GPU or a cuda
-build (CI has none; the GPU machine runs it: scripts/gpu_python.sh)."""
+one (tessera.cuda_context) for every method; the tensor-parallel operations there against
+torch's matmul; local and sequence-parallel attention captured in torch.cuda.graph and
+replayed with new inputs; the Llama model runtime on cuda against the NumPy Llama; diffusers'
+Flux with Tessera's processor against diffusers' own attention. Skipped without torch, a GPU or
+a cuda build (CI has none; the GPU machine runs it: scripts/gpu_python.sh)."""
 
 import json
 
@@ -107,6 +108,19 @@ def test_sequence_parallel_attention_on_a_world_of_one(ctx, method):
     got = torch.empty_like(q)
     got[:, rows], got[:, :J] = out, joint_out
     assert_fa3_close(got, q, k, v, True, f"sp {method} ({layer.summary})")
+
+
+@pytest.mark.parametrize("op", ["ag_gemm", "gemm_rs", "gemm_a2a"])
+def test_tp_operation_on_a_world_of_one_matches_torch(ctx, op):
+    M, N, K = 300, 256, 512
+    a, w, bias = randn(M, K, seed=50), randn(N, K, seed=51), randn(N, seed=52)
+    layer = tessera.tp.Operation(ctx, op=op, m=M, n=N, k=K, dtype="bfloat16", bias=True)
+    out = layer(a, w, bias)  # w as nn.Linear holds it: [N, K]
+    torch.cuda.current_stream().synchronize()
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16 and out.shape == (M, N)
+    want = a.float() @ w.float().T + bias.float()
+    err = (out.float() - want).abs().max().item()
+    assert err <= 1e-2 * want.abs().max().item(), f"{op} ({layer.summary}): error {err}"
 
 
 def test_calls_captured_in_a_torch_cuda_graph_replay_with_new_inputs(ctx):

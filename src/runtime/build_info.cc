@@ -25,4 +25,11 @@ std::vector<GpuInfo> visible_gpus() {
 #endif
 }
 
+std::string device_name(const Device& device) {
+  if (!device.is_cuda()) return "cpu";
+  for (const GpuInfo& g : visible_gpus())
+    if (g.index == device.index) return g.name;
+  return "cuda";
+}
+
 }  // namespace tessera

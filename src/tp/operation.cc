@@ -28,6 +28,21 @@ void check_matrix(const TensorView& t, int64_t rows, int64_t cols, DType dtype, 
 
 }  // namespace
 
+std::string fused_unsupported_reason(const TpPlan& plan, Backend backend) {
+  if (!plan.fused || backend != Backend::kCuda) return {};
+#ifdef TESSERA_WITH_CUDA
+  try {
+    detail::check_cuda_fused_supported(plan);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnsupported) throw;
+    return e.what();
+  }
+  return {};
+#else
+  return "this build has no cuda backend";
+#endif
+}
+
 TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), plan(p) {
   rank = ctx.rank;
   world = ctx.size;

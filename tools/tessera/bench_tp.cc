@@ -330,9 +330,12 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
           options.num_signal_slots = ctx.heap ? ctx.heap->num_signal_slots() : 1024;
           options.tuned_gpu = gpu_name(ctx);
           tp::TpPlan plan = tp::plan_tp(request, ctx.topology, cost, options);
-          if (plan.fused && on_cuda && !fused_on_cuda) {
-            plan.fused = false;  // the cost model knows no backend: gemm_a2a fuses on cpu only
-            plan.reason += "; not fused on cuda (gemm_a2a)";
+          // The cost model knows no backend: where this one cannot run the fused form, the
+          // planner's pick is the unfused pair.
+          if (const std::string why = tp::fused_unsupported_reason(plan, ctx.backend);
+              automatic && !why.empty()) {
+            plan.fused = false;
+            plan.reason += "; unfused: " + why;
           }
           const Measured result = bench.run(plan);
           total_wrong += result.wrong;

@@ -68,11 +68,6 @@ const CommandRegistration kInfo("info", "build, versions, GPUs, links, emulation
 
 }  // namespace
 
-std::string gpu_name(const RankContext& ctx) {
-  if (ctx.backend != Backend::kCuda) return "cpu";
-  for (const auto& g : visible_gpus())
-    if (g.index == ctx.device.index) return g.name;
-  return "cuda";
-}
+std::string gpu_name(const RankContext& ctx) { return device_name(ctx.device); }
 
 }  // namespace tessera::cli

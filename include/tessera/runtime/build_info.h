@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/core/tensor_view.h"
+
 namespace tessera {
 
 struct GpuInfo {
@@ -27,5 +29,8 @@ struct BuildInfo {
 
 BuildInfo build_info();
 std::vector<GpuInfo> visible_gpus();  // empty without the cuda backend or a GPU
+// "cpu" for the cpu, a GPU's name from visible_gpus() ("NVIDIA H200"), "cuda" when unknown:
+// how benchmark records and tuning tables name the device.
+std::string device_name(const Device& device);
 
 }  // namespace tessera

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "tessera/comm/context.h"
 #include "tessera/core/tensor_view.h"
@@ -29,6 +30,12 @@
 #include "tessera/tp/plan.h"
 
 namespace tessera::tp {
+
+// Why `plan`'s fused form cannot run on `backend` (empty: it can, or the plan is unfused): the
+// cpu backend runs every fused plan; cuda builds fused AllGather+GEMM (what its kernel takes)
+// and one-machine GEMM+ReduceScatter. Planners of a context fall back to the unfused pair
+// where this is not empty.
+std::string fused_unsupported_reason(const TpPlan& plan, Backend backend);
 
 class TpOperation {
  public:
