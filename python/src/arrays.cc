@@ -103,8 +103,10 @@ bool is_bf16_bits(const ArrayFields& a) {
          a.dtype.lanes == 1;
 }
 
-TensorView checked_view(const ArrayFields& a, const ArgSpec& spec) {
-  const DType dtype = tessera_dtype(a, spec.name);
+namespace {
+
+// `a` as a TensorView of `dtype` after the rank and stride checks every argument gets.
+TensorView strided_view(const ArrayFields& a, const ArgSpec& spec, DType dtype) {
   const Device device = tessera_device(a, spec.name);
   TESSERA_CHECK_ARG(a.ndim == spec.ndim, spec.name, ": ", a.ndim, " dimensions ",
                     dims_string(a.ndim, a.shape), ": expected ", spec.ndim, " ", spec.layout);
@@ -138,6 +140,34 @@ TensorView checked_view(const ArrayFields& a, const ArgSpec& spec) {
       throw_error(ErrorCode::kInternal,
                   str("checked_view: ", a.ndim, " dimensions are not bound yet"));
   }
+}
+
+}  // namespace
+
+TensorView checked_view(const ArrayFields& a, const ArgSpec& spec) {
+  return strided_view(a, spec, tessera_dtype(a, spec.name));
+}
+
+TensorView index_view(const ArrayFields& a, const ArgSpec& spec) {
+  TESSERA_CHECK_ARG(a.dtype.code == uint8_t(nb::dlpack::dtype_code::Int) && a.dtype.bits == 32 &&
+                        a.dtype.lanes == 1,
+                    spec.name, ": dtype ", dlpack_dtype_name(a.dtype), ": expected int32");
+  return strided_view(a, spec, DType::kI32);
+}
+
+TensorView bytes_view(const ArrayFields& a, const char* name) {
+  const Device device = tessera_device(a, name);
+  int64_t count = 1, expected_stride = 1;
+  bool contiguous = true;
+  for (int i = a.ndim - 1; i >= 0; --i) {
+    contiguous = contiguous && (a.shape[i] <= 1 || a.strides[i] == expected_stride);
+    expected_stride *= a.shape[i];
+    count *= a.shape[i];
+  }
+  TESSERA_CHECK_ARG(contiguous, name, ": ", dims_string(a.ndim, a.shape),
+                    " not contiguous: expected a contiguous array");
+  const int64_t bytes = count * ((int64_t(a.dtype.bits) * a.dtype.lanes + 7) / 8);
+  return TensorView(const_cast<void*>(a.data), DType::kU8, device, {bytes}, {1});
 }
 
 void check_same_device(const TensorView& t, const char* name, const TensorView& other,

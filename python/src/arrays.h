@@ -58,6 +58,20 @@ TensorView checked_view(const nanobind::ndarray<Ts...>& a, const ArgSpec& spec) 
   return checked_view(fields_of(a), spec);
 }
 
+// A TensorView of an int32 array (positions, page tables) after the same rank and stride
+// checks; any other dtype throws naming spec.name.
+TensorView index_view(const ArrayFields& a, const ArgSpec& spec);
+template <typename... Ts>
+TensorView index_view(const nanobind::ndarray<Ts...>& a, const ArgSpec& spec) {
+  return index_view(fields_of(a), spec);
+}
+// A contiguous array of any dtype as bytes (u8 [size in bytes]): scratch memory.
+TensorView bytes_view(const ArrayFields& a, const char* name);
+template <typename... Ts>
+TensorView bytes_view(const nanobind::ndarray<Ts...>& a, const char* name) {
+  return bytes_view(fields_of(a), name);
+}
+
 // Whether the array holds bfloat16 as uint16 bit patterns (NumPy's form of bfloat16).
 bool is_bf16_bits(const ArrayFields& a);
 

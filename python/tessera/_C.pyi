@@ -10,6 +10,7 @@ ArrayLike = Any  # any object with __dlpack__ (or the buffer protocol): [B, L, H
 error_code_keys: list[str]
 sp: Any  # the classes of tessera.sp (see sp.pyi)
 tp: Any  # the classes of tessera.tp (see tp.pyi)
+decode: Any  # the classes of tessera.decode (see decode.pyi)
 _testing: Any
 
 def _register_error_classes(classes: Mapping[str, type]) -> None: ...

@@ -42,7 +42,7 @@ from ._frameworks import exported as _exported
 from ._frameworks import like_input as _like_input
 from ._frameworks import new_output as _new_output
 from ._ranks import cuda_context, run_cpu_ranks
-from . import model, sp, tp
+from . import decode, model, sp, tp
 
 _C._register_error_classes(_ERROR_CLASSES)
 
@@ -83,6 +83,7 @@ __all__ = [
     "UnsupportedError",
     "attention",
     "cuda_context",
+    "decode",
     "info",
     "model",
     "reference_attention",

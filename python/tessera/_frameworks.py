@@ -94,3 +94,13 @@ def new_array(sample: Any, shape: tuple, dtype: str) -> Any:
         torch = sys.modules["torch"]
         return torch.empty(shape, dtype=getattr(torch, _TORCH_DTYPES[dtype]), device=sample.device)
     return sys.modules["cupy"].empty(shape, dtype=_TORCH_DTYPES[dtype])  # no bf16: CuPy says so
+
+
+def new_bytes(sample: Any, count: int) -> Any:
+    """`count` bytes of scratch from `sample`'s framework on its GPU; None elsewhere."""
+    if not _on_cuda(sample):
+        return None
+    if _framework(sample) == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(max(count, 1), dtype=torch.uint8, device=sample.device)
+    return sys.modules["cupy"].empty(max(count, 1), dtype="uint8")

@@ -1,10 +1,11 @@
 """Tessera on a GPU from PyTorch: local attention against torch's SDPA on torch's current stream
 and on a named one, outputs from torch's allocator; sequence-parallel attention on a world of
 one (tessera.cuda_context) for every method; the tensor-parallel operations there against
-torch's matmul; local and sequence-parallel attention captured in torch.cuda.graph and
-replayed with new inputs; the Llama model runtime on cuda against the NumPy Llama; diffusers'
-Flux with Tessera's processor against diffusers' own attention. Skipped without torch, a GPU or
-a cuda build (CI has none; the GPU machine runs it: scripts/gpu_python.sh)."""
+torch's matmul; the fused decode block against the NumPy block; local and sequence-parallel
+attention captured in torch.cuda.graph and replayed with new inputs; the Llama model runtime
+on cuda against the NumPy Llama; diffusers' Flux with Tessera's processor against diffusers'
+own attention. Skipped without torch, a GPU or a cuda build (CI has none; the GPU machine runs
+it: scripts/gpu_python.sh)."""
 
 import json
 
@@ -121,6 +122,31 @@ def test_tp_operation_on_a_world_of_one_matches_torch(ctx, op):
     want = a.float() @ w.float().T + bias.float()
     err = (out.float() - want).abs().max().item()
     assert err <= 1e-2 * want.abs().max().item(), f"{op} ({layer.summary}): error {err}"
+
+
+def test_fused_decode_block_matches_numpy():
+    from test_decode import FUSABLE, make_weights, reference_step
+
+    rng = np.random.default_rng(5)
+    B, ctx_len, G, D = 3, 64, FUSABLE["num_kv_heads"], FUSABLE["head_dim"]
+    block = tessera.decode.AttentionBlock(FUSABLE, max_batch=B, max_context=ctx_len,
+                                          dtype="bfloat16", device="cuda:0")
+    assert block.impl == "fused", block.summary
+    to_gpu = lambda a: torch.from_numpy(np.asarray(a, np.float32)).to(DEVICE, torch.bfloat16)
+    w = {k: to_gpu(a) for k, a in make_weights(FUSABLE, rng).items()}
+    w64 = {k: t.double().cpu().numpy() for k, t in w.items()}  # what the kernel reads
+    positions = np.array([0, 9, 50], np.int32)
+    k_cache = to_gpu(rng.uniform(-1, 1, (B, ctx_len, G, D)))
+    v_cache = to_gpu(rng.uniform(-1, 1, (B, ctx_len, G, D)))
+    keys = [k_cache[b, :p].double().cpu().numpy() for b, p in enumerate(positions)]
+    values = [v_cache[b, :p].double().cpu().numpy() for b, p in enumerate(positions)]
+    x = to_gpu(rng.uniform(-1, 1, (B, FUSABLE["hidden"])))
+    out = block(x, torch.from_numpy(positions).to(DEVICE), w, k_cache, v_cache)
+    torch.cuda.current_stream().synchronize()
+    want, _ = reference_step(FUSABLE, x.double().cpu().numpy(), positions, w64, keys, values)
+    err = np.abs(out.double().cpu().numpy() - want).max()
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.bfloat16
+    assert err <= 2e-2 * np.abs(want).max(), f"{block.summary}: error {err}"
 
 
 def test_calls_captured_in_a_torch_cuda_graph_replay_with_new_inputs(ctx):
