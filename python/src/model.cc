@@ -19,6 +19,7 @@
 
 #include "arrays.h"
 #include "bindings.h"
+#include "sched_strategy.h"
 #include "tessera/core/error.h"
 #include "tessera/model/decoder_presets.h"
 #include "tessera/model/llama_gpu_model.h"
@@ -77,17 +78,25 @@ class Llama {
     return cpu_ ? cpu_->cache().length(seq_id) : gpu_->length(seq_id);
   }
 
-  NumpyArray forward(const Inputs& inputs, const std::string& rows) {
+  NumpyArray forward(const Inputs& inputs, const std::string& rows, const nb::handle& strategy) {
     TESSERA_CHECK_ARG(rows == "all" || rows == "last", "rows = '", rows,
                       "': expected all (every new token's logits) or last (each input's last)");
     TESSERA_CHECK_ARG(!inputs.empty(), "inputs is empty: expected (seq_id, tokens) pairs");
     std::vector<model::SequenceTokens> seqs;
     for (const auto& [seq_id, tokens] : inputs) seqs.push_back({seq_id, tokens});
     const bool all = rows == "all";
+    std::unique_ptr<sched::Strategy> order;
+    if (!strategy.is_none()) {
+      TESSERA_CHECK(cpu_ != nullptr, ErrorCode::kUnsupported,
+                    "strategy: the cuda model runs its layers in their own order (the GPU "
+                    "scheduler is not built yet): expected None with backend = 'cuda'");
+      order = strategy_argument(strategy);
+    }
     std::vector<float> logits;
     {
-      nb::gil_scoped_release release;
-      logits = cpu_ ? last_rows_if(cpu_->forward(seqs), seqs, all)
+      nb::gil_scoped_release release;  // a Python strategy takes it back while it runs
+      logits = cpu_ ? last_rows_if(order ? cpu_->forward(seqs, *order) : cpu_->forward(seqs),
+                                   seqs, all)
                     : gpu_->forward(seqs, all ? model::LogitRows::kAll : model::LogitRows::kLast);
     }
     const int64_t v = config_.vocab_size, r = int64_t(logits.size()) / v;
@@ -150,9 +159,13 @@ void bind_model(nb::module_& m) {
            "Frees the sequence's pages.")
       .def("length", &Llama::length, nb::arg("seq_id"), "Tokens cached for the sequence.")
       .def("forward", &Llama::forward, nb::arg("inputs"), nb::arg("rows") = "all",
+           nb::arg("strategy").none() = nb::none(),
            "inputs: (seq_id, new token ids) pairs, prefills and decodes mixed. Appends the\n"
            "tokens to their sequences and returns float32 logits [R, vocab_size]: every new\n"
-           "token's row in input order (rows='all') or each input's last row (rows='last').")
+           "token's row in input order (rows='all') or each input's last row (rows='last').\n"
+           "strategy (cpu): the order of the layers' operations over nano-batches, a built-in\n"
+           "one's name (tessera.sched.strategies()) or a Python object with split(lengths)\n"
+           "and schedule(ctx) (tessera.sched); every order gives bitwise the same logits.")
       .def("generate", &Llama::generate, nb::arg("prompt"), nb::arg("steps"),
            "Greedy generation: prefills prompt in a new sequence, then steps argmax tokens;\n"
            "returns them (the sequence is released).");

@@ -16,6 +16,8 @@ NB_MODULE(_C, m) {
   tessera::python::bind_tp_operation(tp);
   nanobind::module_ decode = m.def_submodule("decode", "The decode step's attention block.");
   tessera::python::bind_decode_block(decode);
+  nanobind::module_ sched = m.def_submodule("sched", "The operator scheduler (DynaFlow).");
+  tessera::python::bind_sched(sched);
   nanobind::module_ model = m.def_submodule("model", "The model runtime: Llama-family decoders.");
   tessera::python::bind_model(model);
   tessera::python::bind_testing(m);

@@ -11,6 +11,7 @@ error_code_keys: list[str]
 sp: Any  # the classes of tessera.sp (see sp.pyi)
 tp: Any  # the classes of tessera.tp (see tp.pyi)
 decode: Any  # the classes of tessera.decode (see decode.pyi)
+sched: Any  # tessera.sched's functions and ScheduleContext (see sched.pyi)
 _testing: Any
 
 def _register_error_classes(classes: Mapping[str, type]) -> None: ...

@@ -42,7 +42,7 @@ from ._frameworks import exported as _exported
 from ._frameworks import like_input as _like_input
 from ._frameworks import new_output as _new_output
 from ._ranks import cuda_context, run_cpu_ranks
-from . import decode, model, sp, tp
+from . import decode, model, sched, sp, tp
 
 _C._register_error_classes(_ERROR_CLASSES)
 
@@ -88,6 +88,7 @@ __all__ = [
     "model",
     "reference_attention",
     "run_cpu_ranks",
+    "sched",
     "sp",
     "tp",
 ]

@@ -1,5 +1,5 @@
 # Type stubs for tessera.model (python/src/model.cc).
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -42,11 +42,16 @@ class Llama:
     def length(self, seq_id: int) -> int:
         """Tokens cached for the sequence."""
     def forward(
-        self, inputs: Sequence[tuple[int, Sequence[int]]], rows: str = "all"
+        self,
+        inputs: Sequence[tuple[int, Sequence[int]]],
+        rows: str = "all",
+        strategy: Any = None,
     ) -> npt.NDArray[np.float32]:
         """inputs: (seq_id, new token ids) pairs, prefills and decodes mixed. Appends the
         tokens to their sequences and returns float32 logits [R, vocab_size]: every new
-        token's row in input order (rows='all') or each input's last row (rows='last')."""
+        token's row in input order (rows='all') or each input's last row (rows='last').
+        strategy (cpu): a built-in strategy's name or an object with split(lengths) and
+        schedule(ctx) (tessera.sched); every order gives bitwise the same logits."""
     def generate(self, prompt: Sequence[int], steps: int) -> list[int]:
         """Greedy generation: prefills prompt in a new sequence, then steps argmax tokens;
         returns them (the sequence is released)."""

@@ -1,0 +1,218 @@
+// tessera.sched: the operator scheduler (sched/schedule.h) from Python. Built-in strategies are
+// named ("sequential", "nanoflow", "dual_batch", "tokenweave"); a strategy written in Python is
+// an object with split(lengths) and schedule(ctx) that the model runtime calls inside a forward
+// (tessera.model.Llama.forward(..., strategy=...)):
+//   split(lengths)  lengths: each sequence's new tokens, in batch order; returns how many
+//                   consecutive sequences each nano-batch takes (a list of ints), or None for one
+//   schedule(ctx)   runs every step through ctx.ready(n) / ctx.run(n, step) / ctx.run_next(n) /
+//                   ctx.run_fused(n, step, count) until ctx.finished
+// A step is (layer, op) with op one of llama_op_name's names. The ScheduleContext lives only
+// while schedule() runs; a handle kept past that raises.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings.h"
+#include "sched_strategy.h"
+#include "tessera/core/error.h"
+
+namespace nb = nanobind;
+
+namespace tessera::python {
+
+namespace {
+
+using PyStep = std::tuple<int64_t, std::string>;
+
+model::LlamaOp op_argument(const std::string& name) {
+  for (int i = 0; i < model::kLlamaOps; ++i) {
+    const auto op = model::LlamaOp(i);
+    if (name == model::llama_op_name(op)) return op;
+  }
+  throw_error(ErrorCode::kInvalidArgument,
+              str("op = '", name, "': expected attn_norm, qkv, attention, o_proj, o_all_reduce, "
+                  "mlp_norm, gate_up, down or mlp_all_reduce"));
+}
+
+PyStep py_step(sched::Step s) { return {s.layer, model::llama_op_name(s.op)}; }
+sched::Step step_argument(const PyStep& s) { return {std::get<0>(s), op_argument(std::get<1>(s))}; }
+
+const char* kind_name(model::OpKind kind) {
+  switch (kind) {
+    case model::OpKind::kCompute: return "compute";
+    case model::OpKind::kMemory: return "memory";
+    case model::OpKind::kNetwork: return "network";
+  }
+  return "?";
+}
+
+// What Python holds of a ScheduleContext: cleared when schedule() returns.
+struct ContextRef {
+  sched::ScheduleContext* ctx = nullptr;
+  sched::ScheduleContext& get() const {
+    TESSERA_CHECK_ARG(ctx != nullptr,
+                      "ScheduleContext: used after its strategy's schedule() returned");
+    return *ctx;
+  }
+};
+struct ScheduleView {
+  std::shared_ptr<ContextRef> ref;
+};
+
+// Nano-batches of `counts` consecutive sequences each, from the batch's row layout.
+std::vector<sched::NanoBatch> nano_batches(const model::PackedBatch& batch,
+                                           const std::vector<int64_t>& counts) {
+  std::vector<sched::NanoBatch> out;
+  size_t next = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    TESSERA_CHECK_ARG(counts[i] >= 1, "split(): nano-batch ", i, " takes ", counts[i],
+                      " sequences: expected >= 1");
+    TESSERA_CHECK_ARG(next + size_t(counts[i]) <= batch.sequences.size(),
+                      "split(): the nano-batches take more than the batch's ",
+                      batch.sequences.size(), " sequences");
+    sched::NanoBatch n{next, size_t(counts[i]), batch.sequences[next].first_row, 0};
+    for (size_t s = next; s < next + size_t(counts[i]); ++s) n.rows += batch.sequences[s].num_tokens;
+    out.push_back(n);
+    next += size_t(counts[i]);
+  }
+  TESSERA_CHECK_ARG(next == batch.sequences.size(), "split(): the nano-batches take ", next,
+                    " of the batch's ", batch.sequences.size(),
+                    " sequences: expected every sequence in one");
+  return out;
+}
+
+std::vector<int64_t> lengths_of(const model::PackedBatch& batch) {
+  std::vector<int64_t> lengths;
+  for (const model::PackedSequence& s : batch.sequences) lengths.push_back(s.num_tokens);
+  return lengths;
+}
+
+}  // namespace
+
+PythonStrategy::PythonStrategy(nb::object strategy) : strategy_(std::move(strategy)) {
+  for (const char* method : {"split", "schedule"}) {
+    TESSERA_CHECK_ARG(nb::hasattr(strategy_, method), "strategy: a ",
+                      Py_TYPE(strategy_.ptr())->tp_name, " object without ", method,
+                      "(): expected a built-in strategy's name or an object with split(lengths) "
+                      "and schedule(ctx)");
+  }
+}
+
+PythonStrategy::~PythonStrategy() {
+  nb::gil_scoped_acquire gil;
+  strategy_.reset();
+}
+
+std::string PythonStrategy::name() const {
+  nb::gil_scoped_acquire gil;
+  nb::object name = nb::getattr(strategy_, "name", nb::none());
+  if (nb::isinstance<nb::str>(name)) return nb::cast<std::string>(name);
+  return Py_TYPE(strategy_.ptr())->tp_name;
+}
+
+std::vector<sched::NanoBatch> PythonStrategy::split(const model::PackedBatch& batch) const {
+  nb::gil_scoped_acquire gil;
+  nb::object counts = strategy_.attr("split")(lengths_of(batch));
+  if (counts.is_none()) return {{0, batch.sequences.size(), 0, batch.total_tokens()}};
+  std::vector<int64_t> parts;
+  TESSERA_CHECK_ARG(nb::try_cast(counts, parts), "split(): returned a ",
+                    Py_TYPE(counts.ptr())->tp_name,
+                    " object: expected a list of sequence counts, one per nano-batch, or None");
+  return nano_batches(batch, parts);
+}
+
+void PythonStrategy::schedule(sched::ScheduleContext& ctx) const {
+  nb::gil_scoped_acquire gil;
+  auto ref = std::make_shared<ContextRef>(ContextRef{&ctx});
+  struct Clear {
+    ContextRef& r;
+    ~Clear() { r.ctx = nullptr; }
+  } clear{*ref};
+  strategy_.attr("schedule")(ScheduleView{ref});
+}
+
+std::unique_ptr<sched::Strategy> strategy_argument(const nb::handle& strategy) {
+  if (nb::isinstance<nb::str>(strategy)) return sched::make_strategy(nb::cast<std::string>(strategy));
+  return std::make_unique<PythonStrategy>(nb::borrow(strategy));
+}
+
+void bind_sched(nb::module_& m) {
+  nb::class_<ScheduleView>(m, "ScheduleContext",
+                           "The steps of one forward's nano-batches, as a strategy's schedule() "
+                           "sees them (valid only while it runs).")
+      .def_prop_ro(
+          "num_nano_batches", [](const ScheduleView& v) { return v.ref->get().num_nano_batches(); },
+          "How many nano-batches split() made.")
+      .def(
+          "ready",
+          [](const ScheduleView& v, int n) -> std::optional<PyStep> {
+            const std::optional<sched::Step> s = v.ref->get().ready(n);
+            if (!s) return std::nullopt;
+            return py_step(*s);
+          },
+          nb::arg("n"), "Nano-batch n's next step (layer, op), or None once its chain is done.")
+      .def(
+          "run",
+          [](const ScheduleView& v, int n, const PyStep& step) {
+            v.ref->get().run(n, step_argument(step));
+          },
+          nb::arg("n"), nb::arg("step"),
+          "Runs `step` on nano-batch n; it must be ready(n) (else an error naming what it waits "
+          "for).")
+      .def(
+          "run_next", [](const ScheduleView& v, int n) { v.ref->get().run_next(n); }, nb::arg("n"),
+          "Runs ready(n).")
+      .def(
+          "run_fused",
+          [](const ScheduleView& v, int n, const PyStep& first, int count) {
+            v.ref->get().run_fused(n, step_argument(first), count);
+          },
+          nb::arg("n"), nb::arg("first"), nb::arg("count"),
+          "Runs `count` steps of nano-batch n's chain from `first` as one fused operation (the "
+          "model's: an all-reduce with the RMSNorm after it).")
+      .def_prop_ro(
+          "finished", [](const ScheduleView& v) { return v.ref->get().finished(); },
+          "Whether every nano-batch's chain is done.")
+      .def_prop_ro(
+          "trace",
+          [](const ScheduleView& v) {
+            std::vector<std::tuple<int, int64_t, std::string>> out;
+            for (const auto& [n, s] : v.ref->get().trace())
+              out.emplace_back(n, s.layer, model::llama_op_name(s.op));
+            return out;
+          },
+          "(nano-batch, layer, op) in the order they ran.");
+
+  m.def(
+      "op_kind", [](const std::string& op) { return std::string(kind_name(model::llama_op_kind(op_argument(op)))); },
+      nb::arg("op"), "compute, memory or network: what an operation is bound by.");
+  m.def("strategies", &sched::strategy_names, "The built-in strategies' names.");
+  m.def(
+      "token_balanced_split",
+      [](const std::vector<int64_t>& lengths, int parts) {
+        model::PackedBatch batch;
+        int64_t row = 0;
+        for (size_t i = 0; i < lengths.size(); ++i) {
+          TESSERA_CHECK_ARG(lengths[i] >= 0, "lengths[", i, "] = ", lengths[i], ": expected >= 0");
+          batch.sequences.push_back({int64_t(i), 0, lengths[i], row});
+          row += lengths[i];
+        }
+        batch.positions.resize(size_t(row));
+        std::vector<int64_t> counts;
+        for (const sched::NanoBatch& n : sched::token_balanced_split(batch, parts))
+          counts.push_back(int64_t(n.num_seqs));
+        return counts;
+      },
+      nb::arg("lengths"), nb::arg("parts"),
+      "Sequences per nano-batch when `lengths` (each sequence's tokens) are cut into at most "
+      "`parts` nano-batches of about equal tokens (NanoFlow's split).");
+}
+
+}  // namespace tessera::python
