@@ -21,12 +21,13 @@ namespace tessera::python {
 
 namespace {
 
-constexpr const char* kGroupedKeys[] = {"name", "hidden", "num_heads", "num_kv_heads", "head_dim",
-                                        "rope_theta", "rms_norm_eps"};
+constexpr const char* kGroupedKeys[] = {"name",     "hidden",     "num_heads",   "num_kv_heads",
+                                        "head_dim", "rope_theta", "rms_norm_eps"};
 
 // A preset's name, or a dict of a grouped-query model's shape (kGroupedKeys).
 decode::ModelConfig model_argument(const nb::handle& model) {
-  if (nb::isinstance<nb::str>(model)) return decode::ModelConfig::by_name(nb::cast<std::string>(model));
+  if (nb::isinstance<nb::str>(model))
+    return decode::ModelConfig::by_name(nb::cast<std::string>(model));
   TESSERA_CHECK_ARG(nb::isinstance<nb::dict>(model), "model: a ", Py_TYPE(model.ptr())->tp_name,
                     " object: expected a preset's name or a dict of hidden, num_heads, "
                     "num_kv_heads, head_dim (and rope_theta, rms_norm_eps, name)");
@@ -35,7 +36,8 @@ decode::ModelConfig model_argument(const nb::handle& model) {
     const std::string name = nb::cast<std::string>(nb::str(key));
     bool known = false;
     for (const char* k : kGroupedKeys) known = known || name == k;
-    TESSERA_CHECK_ARG(known, "model['", name, "']: not a field: expected hidden, num_heads, "
+    TESSERA_CHECK_ARG(known, "model['", name,
+                      "']: not a field: expected hidden, num_heads, "
                       "num_kv_heads, head_dim, rope_theta, rms_norm_eps or name");
   }
   auto required = [&](const char* key) {
@@ -131,7 +133,8 @@ class AttentionBlockLayer {
         index_view(array_argument<InArray>(positions_arr, "positions"), {"positions", "[B]", 1});
     decode::KvCache cache;
     cache.k = checked_view(k_cache, {"k_cache", "[B or pages, tokens, Hkv, D]", 4, true});
-    if (v_cache) cache.v = checked_view(*v_cache, {"v_cache", "[B or pages, tokens, Hkv, D]", 4, true});
+    if (v_cache)
+      cache.v = checked_view(*v_cache, {"v_cache", "[B or pages, tokens, Hkv, D]", 4, true});
     if (!page_table_arr.is_none()) {
       cache.page_table = index_view(array_argument<InArray>(page_table_arr, "page_table"),
                                     {"page_table", "[B, pages_per_seq]", 2});
@@ -145,7 +148,8 @@ class AttentionBlockLayer {
       step.out = view_of(fresh, step.x.dtype());
       result = nb::cast(fresh);
     } else {
-      step.out = checked_view(array_argument<OutArray>(out, "out"), {"out", "[B, hidden]", 2, true});
+      step.out =
+          checked_view(array_argument<OutArray>(out, "out"), {"out", "[B, hidden]", 2, true});
       result = out;
     }
     TensorView workspace;
@@ -155,10 +159,10 @@ class AttentionBlockLayer {
     if (latent) {
       TESSERA_CHECK_ARG(!v_cache, "v_cache: given for an MLA model (", block_->options().model.name,
                         "), whose cache holds latent rows only: expected None");
-      decode::LatentAttentionWeights w{weight(weights, "wq", 2),        weight(weights, "wkv_a", 2),
-                                       weight(weights, "kv_a_norm", 1), weight(weights, "wkv_b", 2),
-                                       weight(weights, "wo", 2),
-                                       weight(weights, "input_norm", 1, true)};
+      decode::LatentAttentionWeights w{
+          weight(weights, "wq", 2),        weight(weights, "wkv_a", 2),
+          weight(weights, "kv_a_norm", 1), weight(weights, "wkv_b", 2),
+          weight(weights, "wo", 2),        weight(weights, "input_norm", 1, true)};
       nb::gil_scoped_release released;
       block_->run(step, w, cache, workspace, stream);
     } else {
@@ -186,10 +190,9 @@ void bind_decode_block(nb::module_& decode) {
       "cache append, attention and output projection, planned once and called per step.")
       .def(nb::init<const nb::handle&, int64_t, int64_t, const nb::handle&, bool, int64_t,
                     const std::string&, const std::string&, int>(),
-           nb::arg("model"), nb::kw_only(), nb::arg("max_batch") = 1,
-           nb::arg("max_context") = 4096, nb::arg("dtype") = "bfloat16", nb::arg("paged") = false,
-           nb::arg("page_size") = 16, nb::arg("device") = "cpu", nb::arg("impl") = "auto",
-           nb::arg("cluster_size") = 0,
+           nb::arg("model"), nb::kw_only(), nb::arg("max_batch") = 1, nb::arg("max_context") = 4096,
+           nb::arg("dtype") = "bfloat16", nb::arg("paged") = false, nb::arg("page_size") = 16,
+           nb::arg("device") = "cpu", nb::arg("impl") = "auto", nb::arg("cluster_size") = 0,
            "model: a preset (llama2-7b, llama3-8b, deepseek-v2-lite) or a dict of hidden, "
            "num_heads, num_kv_heads, head_dim (rope_theta, rms_norm_eps, name optional). dtype: "
            "of x, weights, cache and out (bfloat16 or float16; the cpu also float32). paged: the "
@@ -207,7 +210,8 @@ void bind_decode_block(nb::module_& decode) {
            "updated in place. Returns out [B, hidden] (None: a new array, NumPy on the cpu, from "
            "x's framework on a GPU). workspace: workspace_bytes of scratch on a GPU.")
       .def_prop_ro(
-          "workspace_bytes", [](const AttentionBlockLayer& l) { return l.block().workspace_bytes(); },
+          "workspace_bytes",
+          [](const AttentionBlockLayer& l) { return l.block().workspace_bytes(); },
           "Scratch a GPU call needs (the package allocates it from x's framework).")
       .def_prop_ro(
           "cluster_size", [](const AttentionBlockLayer& l) { return l.block().cluster_size(); },
@@ -215,7 +219,8 @@ void bind_decode_block(nb::module_& decode) {
       .def_prop_ro(
           "impl",
           [](const AttentionBlockLayer& l) {
-            return std::string(l.block().impl() == decode::DecodeImpl::kFused ? "fused" : "unfused");
+            return std::string(l.block().impl() == decode::DecodeImpl::kFused ? "fused"
+                                                                              : "unfused");
           },
           "fused or unfused, as planned.")
       .def_prop_ro(

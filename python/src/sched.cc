@@ -37,18 +37,26 @@ model::LlamaOp op_argument(const std::string& name) {
     if (name == model::llama_op_name(op)) return op;
   }
   throw_error(ErrorCode::kInvalidArgument,
-              str("op = '", name, "': expected attn_norm, qkv, attention, o_proj, o_all_reduce, "
+              str("op = '", name,
+                  "': expected attn_norm, qkv, attention, o_proj, o_all_reduce, "
                   "mlp_norm, gate_up, down or mlp_all_reduce"));
 }
 
-PyStep py_step(sched::Step s) { return {s.layer, model::llama_op_name(s.op)}; }
-sched::Step step_argument(const PyStep& s) { return {std::get<0>(s), op_argument(std::get<1>(s))}; }
+PyStep py_step(sched::Step s) {
+  return {s.layer, model::llama_op_name(s.op)};
+}
+sched::Step step_argument(const PyStep& s) {
+  return {std::get<0>(s), op_argument(std::get<1>(s))};
+}
 
 const char* kind_name(model::OpKind kind) {
   switch (kind) {
-    case model::OpKind::kCompute: return "compute";
-    case model::OpKind::kMemory: return "memory";
-    case model::OpKind::kNetwork: return "network";
+    case model::OpKind::kCompute:
+      return "compute";
+    case model::OpKind::kMemory:
+      return "memory";
+    case model::OpKind::kNetwork:
+      return "network";
   }
   return "?";
 }
@@ -78,7 +86,8 @@ std::vector<sched::NanoBatch> nano_batches(const model::PackedBatch& batch,
                       "split(): the nano-batches take more than the batch's ",
                       batch.sequences.size(), " sequences");
     sched::NanoBatch n{next, size_t(counts[i]), batch.sequences[next].first_row, 0};
-    for (size_t s = next; s < next + size_t(counts[i]); ++s) n.rows += batch.sequences[s].num_tokens;
+    for (size_t s = next; s < next + size_t(counts[i]); ++s)
+      n.rows += batch.sequences[s].num_tokens;
     out.push_back(n);
     next += size_t(counts[i]);
   }
@@ -139,7 +148,8 @@ void PythonStrategy::schedule(sched::ScheduleContext& ctx) const {
 }
 
 std::unique_ptr<sched::Strategy> strategy_argument(const nb::handle& strategy) {
-  if (nb::isinstance<nb::str>(strategy)) return sched::make_strategy(nb::cast<std::string>(strategy));
+  if (nb::isinstance<nb::str>(strategy))
+    return sched::make_strategy(nb::cast<std::string>(strategy));
   return std::make_unique<PythonStrategy>(nb::borrow(strategy));
 }
 
@@ -191,7 +201,10 @@ void bind_sched(nb::module_& m) {
           "(nano-batch, layer, op) in the order they ran.");
 
   m.def(
-      "op_kind", [](const std::string& op) { return std::string(kind_name(model::llama_op_kind(op_argument(op)))); },
+      "op_kind",
+      [](const std::string& op) {
+        return std::string(kind_name(model::llama_op_kind(op_argument(op))));
+      },
       nb::arg("op"), "compute, memory or network: what an operation is bound by.");
   m.def("strategies", &sched::strategy_names, "The built-in strategies' names.");
   m.def(

@@ -62,7 +62,8 @@ class TpOperationLayer {
     request.n = n;
     request.k = k;
     request.dtype = dtype_argument(dtype, "dtype");
-    request.out_dtype = out_dtype.is_none() ? request.dtype : dtype_argument(out_dtype, "out_dtype");
+    request.out_dtype =
+        out_dtype.is_none() ? request.dtype : dtype_argument(out_dtype, "out_dtype");
     request.weight_layout = parse_weight_layout(weight_layout);
     request.has_bias = bias;
     request.world_size = rank_ctx.size;
@@ -204,7 +205,8 @@ void bind_tp_operation(nb::module_& tp) {
           },
           "The dtype of out and bias ('f32', 'f16' or 'bf16').")
       .def_prop_ro(
-          "summary", [](const TpOperationLayer& l) { return tp::describe(l.live("summary")->plan()); },
+          "summary",
+          [](const TpOperationLayer& l) { return tp::describe(l.live("summary")->plan()); },
           "One line: fused or not, tiles, transfer, route.")
       .def(
           "plan_json",
