@@ -16,8 +16,19 @@ from typing import Any
 import numpy as np
 
 
+# Per type of array: its framework's name, and how it crosses into the extension. Learnt on
+# first sight of a type, so a call pays a dictionary lookup, not string work (the per-call
+# overhead: docs/PERF.md, "Python calls").
+_FRAMEWORK_OF: dict = {}
+_EXPORTER_OF: dict = {}
+
+
 def _framework(sample: Any) -> str:
-    return type(sample).__module__.split(".")[0]
+    tp = type(sample)
+    name = _FRAMEWORK_OF.get(tp)
+    if name is None:
+        name = _FRAMEWORK_OF[tp] = tp.__module__.split(".")[0]
+    return name
 
 
 def like_input(sample: Any, result: Any) -> Any:
@@ -48,9 +59,15 @@ def exported(x: Any) -> Any:
     exporter (torch.utils.dlpack.to_dlpack, well under a microsecond), where the protocol method
     x.__dlpack__() that nanobind calls otherwise runs Python code costing microseconds per
     tensor, several per call; anything else unchanged. The capsule shares x's memory."""
-    if _framework(x) == "torch":
-        return sys.modules["torch"].utils.dlpack.to_dlpack(x)
-    return x
+    tp = type(x)
+    export = _EXPORTER_OF.get(tp, _UNSEEN)
+    if export is _UNSEEN:
+        torch_type = _framework(x) == "torch"
+        export = _EXPORTER_OF[tp] = sys.modules["torch"].utils.dlpack.to_dlpack if torch_type else None
+    return x if export is None else export(x)
+
+
+_UNSEEN = object()
 
 
 def default_stream(sample: Any) -> int:
