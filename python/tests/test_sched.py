@@ -1,7 +1,8 @@
 """tessera.sched from Python: every built-in strategy and strategies written here (alternating
 nano-batches, an all-reduce fused with its norm) give bitwise the logits of the plain forward
 of tessera.model.Llama; the steps run as the strategy said; a step run too early, a context
-kept too long, a bad split and an object that is no strategy raise, naming what is wrong."""
+kept too long, a bad split and an object that is no strategy raise, naming what is wrong; a
+step whose strategy fails caches nothing."""
 
 import numpy as np
 import pytest
@@ -141,3 +142,24 @@ def test_bad_strategies_say_what_is_wrong():
         run_once("fast")
     with pytest.raises(ZeroDivisionError):  # the strategy's own exception comes back as itself
         run_once(Split.__new__(type("Broken", (Split,), {"split": lambda self, n: 1 / 0})))
+
+
+def test_a_failed_step_caches_nothing():
+    class FailsHalfway:
+        def split(self, lengths):
+            return None
+
+        def schedule(self, ctx):
+            for _ in range(5):  # into the first layer: its qkv has written the cache
+                ctx.run_next(0)
+            raise RuntimeError("the strategy gave up")
+
+    m = tessera.model.Llama("tiny", seed=3)
+    seqs = [m.add_sequence() for _ in PROMPTS]
+    with pytest.raises(RuntimeError, match="gave up"):
+        m.forward(list(zip(seqs, PROMPTS)), strategy=FailsHalfway())
+    assert [m.length(s) for s in seqs] == [0] * len(PROMPTS)
+    # The same steps again give what a model that never failed gives.
+    first = m.forward(list(zip(seqs, PROMPTS)))
+    second = m.forward([(s, [7]) for s in seqs])
+    assert np.array_equal(np.concatenate([first, second]), logits(None))

@@ -84,6 +84,20 @@ std::vector<float> LlamaModel::forward_with(std::span<const SequenceTokens> inpu
                                             RunLayers&& run_layers) {
   const PackedBatch batch = pack(inputs);
   for (const PackedSequence& s : batch.sequences) cache_.extend(s.seq_id, s.num_tokens);
+  try {
+    return run_extended(batch, inputs, run_layers);
+  } catch (...) {
+    // A step that fails (a strategy's error, a peer's failure) caches nothing: the sequences
+    // go back to their lengths before it, so the next step does not read what this one left.
+    for (const PackedSequence& s : batch.sequences) cache_.truncate(s.seq_id, s.start);
+    throw;
+  }
+}
+
+template <typename RunLayers>
+std::vector<float> LlamaModel::run_extended(const PackedBatch& batch,
+                                            std::span<const SequenceTokens> inputs,
+                                            RunLayers&& run_layers) {
   const int64_t t = batch.total_tokens(), c = shapes_.hidden, v = shapes_.vocab;
   const Device cpu = Device::cpu();
   std::vector<int32_t> ids;

@@ -54,6 +54,19 @@ void PageAllocator::extend(int64_t seq_id, int64_t num_tokens) {
   seq.length = new_length;
 }
 
+void PageAllocator::truncate(int64_t seq_id, int64_t length) {
+  sequence(seq_id, "truncate");
+  Sequence& seq = sequences_.at(seq_id);
+  TESSERA_CHECK_ARG(length >= 0 && length <= seq.length, what_, "::truncate: length = ", length,
+                    ": expected 0 to the sequence's ", seq.length);
+  const size_t keep = size_t((length + page_size_ - 1) / page_size_);
+  while (seq.pages.size() > keep) {
+    free_list_.push_back(seq.pages.back());
+    seq.pages.pop_back();
+  }
+  seq.length = length;
+}
+
 const PageAllocator::Sequence& PageAllocator::sequence(int64_t seq_id, const char* what) const {
   const auto it = sequences_.find(seq_id);
   TESSERA_CHECK_ARG(it != sequences_.end(), what_, "::", what, ": seq_id = ", seq_id,

@@ -1,6 +1,7 @@
 // PageAllocator (the bookkeeping PagedKvCache and LlamaGpuModel share): pages handed out lowest
-// first and taken back in order, pages_to_extend matching what extend takes, a batch that does
-// not fit taking nothing, errors naming the owner; and LlamaGpuModel refusing a build without
+// first and taken back in order, pages_to_extend matching what extend takes, truncate giving
+// back the pages past the new length, a batch that does not fit taking nothing, errors naming
+// the owner; and LlamaGpuModel refusing a build without
 // the cuda backend.
 #include <gtest/gtest.h>
 
@@ -44,6 +45,26 @@ TEST(PageAllocator, PagesGoOutLowestFirstAndComeBackInOrder) {
   EXPECT_NE(c, a);  // ids are never reused
   pages.extend(c, 8);
   EXPECT_EQ(pages.page_table(c), (std::vector<int64_t>{0, 1}));
+}
+
+TEST(PageAllocator, TruncateGivesBackThePagesPastTheNewLength) {
+  PageAllocator pages(4, 6, "TestCache");
+  const int64_t a = pages.add_sequence();
+  pages.extend(a, 3);
+  pages.extend(a, 7);  // a failed step's 7 tokens on top of 3 cached
+  EXPECT_EQ(pages.page_table(a), (std::vector<int64_t>{0, 1, 2}));
+  pages.truncate(a, 3);
+  EXPECT_EQ(pages.length(a), 3);
+  EXPECT_EQ(pages.page_table(a), (std::vector<int64_t>{0}));
+  EXPECT_EQ(pages.free_pages(), 5);
+  pages.extend(a, 5);  // the step again: the same pages come back
+  EXPECT_EQ(pages.page_table(a), (std::vector<int64_t>{0, 1}));
+  pages.truncate(a, 0);
+  EXPECT_TRUE(pages.page_table(a).empty());
+  EXPECT_EQ(pages.free_pages(), 6);
+  EXPECT_NE(error_of([&] { pages.truncate(a, 1); }, ErrorCode::kInvalidArgument)
+                .find("TestCache::truncate: length = 1: expected 0 to the sequence's 0"),
+            std::string::npos);
 }
 
 TEST(PageAllocator, RefusalsNameTheOwnerAndChangeNothing) {

@@ -65,6 +65,10 @@ class LlamaModel {
   // forward()'s body around the layers: `layers(batch, x, residual)` runs them.
   template <typename RunLayers>
   std::vector<float> forward_with(std::span<const SequenceTokens> inputs, RunLayers&& layers);
+  // forward_with()'s work once the batch's sequences are extended: embedding, layers, head.
+  template <typename RunLayers>
+  std::vector<float> run_extended(const PackedBatch& batch, std::span<const SequenceTokens> inputs,
+                                  RunLayers&& layers);
 
   DecoderConfig config_;
   LlamaShapes shapes_;

@@ -37,6 +37,9 @@ class PageAllocator {
   // free list. Out of pages: throws kInvalidArgument naming the sequence, the pages it needs
   // and the pages free; nothing changes.
   void extend(int64_t seq_id, int64_t num_tokens);
+  // Shortens the sequence to `length` positions (0 <= length <= its length), returning the pages
+  // it no longer needs to the free list: undoes extend() when the step that extended it failed.
+  void truncate(int64_t seq_id, int64_t length);
 
  private:
   struct Sequence {

@@ -44,6 +44,7 @@ class PagedKvCache {
   int64_t length(int64_t seq_id) const { return pages_.length(seq_id); }
   const std::vector<int64_t>& page_table(int64_t seq_id) const { return pages_.page_table(seq_id); }
   void extend(int64_t seq_id, int64_t num_tokens) { pages_.extend(seq_id, num_tokens); }
+  void truncate(int64_t seq_id, int64_t length) { pages_.truncate(seq_id, length); }
 
   // Stores k, v [T, Hkv, D] (f32, unit stride in D) of `layer` at positions [start, start + T),
   // which must lie inside the sequence's length.
