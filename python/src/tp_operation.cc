@@ -21,10 +21,7 @@
 #include "bindings.h"
 #include "rank_session.h"
 #include "tessera/core/error.h"
-#include "tessera/runtime/build_info.h"
-#include "tessera/sp/cost_model.h"
 #include "tessera/tp/operation.h"
-#include "tessera/tp/planner.h"
 
 namespace nb = nanobind;
 
@@ -66,20 +63,10 @@ class TpOperationLayer {
         out_dtype.is_none() ? request.dtype : dtype_argument(out_dtype, "out_dtype");
     request.weight_layout = parse_weight_layout(weight_layout);
     request.has_bias = bias;
-    request.world_size = rank_ctx.size;
-    request.num_machines = rank_ctx.topology.num_machines();
     tp::TpPlanOptions options;
     options.fuse = parse_fuse(fuse);
     options.comm_rows = comm_rows;
-    options.num_signal_slots = rank_ctx.heap ? rank_ctx.heap->num_signal_slots() : 1024;
-    options.tuned_gpu = device_name(rank_ctx.device);
-    tp::TpPlan plan = tp::plan_tp(request, rank_ctx.topology,
-                                  sp::CostModel::for_topology(rank_ctx.topology), options);
-    if (const std::string why = tp::fused_unsupported_reason(plan, rank_ctx.backend);
-        options.fuse == tp::TpPlanOptions::Fuse::kAuto && !why.empty()) {
-      plan.fused = false;
-      plan.reason += "; unfused: " + why;
-    }
+    const tp::TpPlan plan = tp::plan_for_context(rank_ctx, request, options);
     std::unique_ptr<tp::TpOperation> operation;
     {
       nb::gil_scoped_release released;  // collective: the other ranks construct meanwhile

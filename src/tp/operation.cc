@@ -8,6 +8,8 @@
 #include "tessera/comm/agreement.h"
 #include "tessera/core/error.h"
 #include "tessera/core/logging.h"
+#include "tessera/runtime/build_info.h"
+#include "tessera/sp/cost_model.h"
 #include "tp/tp_backend.h"
 
 namespace tessera::tp {
@@ -41,6 +43,23 @@ std::string fused_unsupported_reason(const TpPlan& plan, Backend backend) {
 #else
   return "this build has no cuda backend";
 #endif
+}
+
+TpPlan plan_for_context(const RankContext& ctx, TpRequest request, TpPlanOptions options) {
+  request.world_size = ctx.size;
+  request.num_machines = ctx.topology.num_machines();
+  options.num_signal_slots = ctx.heap ? ctx.heap->num_signal_slots() : 1024;
+  options.tuned_gpu = device_name(ctx.device);
+  TpPlan plan = plan_tp(request, ctx.topology, sp::CostModel::for_topology(ctx.topology), options);
+  if (options.fuse == TpPlanOptions::Fuse::kAuto) {
+    // The cost model knows no backend: where this one cannot run the fused form, the pick is
+    // the unfused pair.
+    if (const std::string why = fused_unsupported_reason(plan, ctx.backend); !why.empty()) {
+      plan.fused = false;
+      plan.reason += "; unfused: " + why;
+    }
+  }
+  return plan;
 }
 
 TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), plan(p) {

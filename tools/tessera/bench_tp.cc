@@ -289,7 +289,6 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
                     "--tune-table: needs --impls with both fused and unfused");
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     TpBench bench(ctx, opt);
-    const sp::CostModel cost = sp::CostModel::for_topology(ctx.topology);
     const std::string topo = topology_label(ctx.topology);
     if (ctx.rank == 0) {
       std::printf(
@@ -327,16 +326,7 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
           options.fuse = automatic ? tp::TpPlanOptions::Fuse::kAuto
                          : fused   ? tp::TpPlanOptions::Fuse::kFused
                                    : tp::TpPlanOptions::Fuse::kUnfused;
-          options.num_signal_slots = ctx.heap ? ctx.heap->num_signal_slots() : 1024;
-          options.tuned_gpu = gpu_name(ctx);
-          tp::TpPlan plan = tp::plan_tp(request, ctx.topology, cost, options);
-          // The cost model knows no backend: where this one cannot run the fused form, the
-          // planner's pick is the unfused pair.
-          if (const std::string why = tp::fused_unsupported_reason(plan, ctx.backend);
-              automatic && !why.empty()) {
-            plan.fused = false;
-            plan.reason += "; unfused: " + why;
-          }
+          const tp::TpPlan plan = tp::plan_for_context(ctx, request, options);
           const Measured result = bench.run(plan);
           total_wrong += result.wrong;
           BenchRecord rec;

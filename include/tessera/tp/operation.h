@@ -28,14 +28,20 @@
 #include "tessera/core/tensor_view.h"
 #include "tessera/runtime/stream.h"
 #include "tessera/tp/plan.h"
+#include "tessera/tp/planner.h"
 
 namespace tessera::tp {
 
 // Why `plan`'s fused form cannot run on `backend` (empty: it can, or the plan is unfused): the
 // cpu backend runs every fused plan; cuda builds fused AllGather+GEMM (what its kernel takes)
-// and one-machine GEMM+ReduceScatter. Planners of a context fall back to the unfused pair
-// where this is not empty.
+// and one-machine GEMM+ReduceScatter.
 std::string fused_unsupported_reason(const TpPlan& plan, Backend backend);
+
+// plan_tp (planner.h) for ctx's ranks: the request's world size and machine count are ctx's,
+// the signal slots its heap's, the tuning-table rows those of its GPU (device_name), the cost
+// model that of its topology; with Fuse::kAuto, a fused pick the backend does not build becomes
+// the unfused pair (the reason says why). What `tessera bench tp` and tessera.tp plan with.
+TpPlan plan_for_context(const RankContext& ctx, TpRequest request, TpPlanOptions options);
 
 class TpOperation {
  public:
