@@ -3,8 +3,8 @@ and on a named one, outputs from torch's allocator; sequence-parallel attention 
 one (tessera.cuda_context) for every method; the tensor-parallel operations there against
 torch's matmul; the fused decode block against the NumPy block; local and sequence-parallel
 attention captured in torch.cuda.graph and replayed with new inputs; the Llama model runtime
-on cuda against the NumPy Llama; diffusers' Flux with Tessera's processor against diffusers'
-own attention. Skipped without torch, a GPU or a cuda build (CI has none; the GPU machine runs
+on cuda against the NumPy Llama; diffusers' Flux and CogVideoX with Tessera's attention against
+diffusers' own. Skipped without torch, a GPU or a cuda build (CI has none; the GPU machine runs
 it: scripts/gpu_python.sh)."""
 
 import json
@@ -248,5 +248,46 @@ def test_diffusers_flux_with_tessera_attention_on_cuda(ctx):
         out = run(model, torch.bfloat16, rows)
     got = torch.empty_like(want)
     got[:, rows] = out.float()
+    err = (got - want).abs().max().item()
+    assert err <= 2 * own + 1e-3 * want.abs().max().item(), f"error {err} vs diffusers' own {own}"
+
+
+def test_diffusers_cogvideox_with_tessera_attention_on_cuda(ctx):
+    diffusers = pytest.importorskip("diffusers")
+    import tessera.diffusers
+
+    torch.manual_seed(0)
+    model = diffusers.CogVideoXTransformer3DModel(
+        num_attention_heads=2, attention_head_dim=64, in_channels=4, out_channels=4,
+        time_embed_dim=32, text_embed_dim=12, num_layers=2, sample_width=16, sample_height=16,
+        sample_frames=9, patch_size=2, temporal_compression_ratio=4, max_text_seq_length=7,
+        use_rotary_positional_embeddings=True).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.uniform_(-0.1, 0.1)
+    model = model.to(DEVICE)
+    g = torch.Generator().manual_seed(2)
+    latent = torch.randn(1, 3, 4, 16, 16, generator=g).to(DEVICE)  # 3 x 8 x 8 image tokens
+    text = torch.randn(1, 7, 12, generator=g).to(DEVICE)
+    L, J, D = 3 * 8 * 8, 7, 64
+    rope = tuple(torch.randn(L, D, generator=g).to(DEVICE) for _ in range(2))
+    t = torch.tensor([500], device=DEVICE)
+
+    def run(dtype):
+        with torch.no_grad():
+            return model.to(dtype)(hidden_states=latent.to(dtype), encoder_hidden_states=text.to(dtype),
+                                   timestep=t, image_rotary_emb=rope, return_dict=False)[0].float()
+
+    want = run(torch.float32)
+    own = (run(torch.bfloat16) - want).abs().max().item()
+    assert tessera.diffusers.use_sequence_parallel(model) == 2
+    layer = tessera.sp.Attention(ctx, seq_len=L, heads=2, head_dim=D, joint_tokens=J,
+                                 dtype="bfloat16", method="auto")
+    with torch.no_grad():
+        rows, tokens = tessera.diffusers.cogvideox_forward(
+            model, layer, latent.bfloat16(), text.bfloat16(), t, image_rotary_emb=rope)
+    full = torch.empty(1, L, tokens.shape[-1], device=DEVICE)
+    full[:, rows] = tokens.float()
+    got = tessera.diffusers.cogvideox_unpatchify(model, full, latent.shape)
     err = (got - want).abs().max().item()
     assert err <= 2 * own + 1e-3 * want.abs().max().item(), f"error {err} vs diffusers' own {own}"
