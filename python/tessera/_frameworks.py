@@ -21,6 +21,7 @@ import numpy as np
 # overhead: docs/PERF.md, "Python calls").
 _FRAMEWORK_OF: dict = {}
 _EXPORTER_OF: dict = {}
+_UNSEEN = object()
 
 
 def _framework(sample: Any) -> str:
@@ -65,9 +66,6 @@ def exported(x: Any) -> Any:
         torch_type = _framework(x) == "torch"
         export = _EXPORTER_OF[tp] = sys.modules["torch"].utils.dlpack.to_dlpack if torch_type else None
     return x if export is None else export(x)
-
-
-_UNSEEN = object()
 
 
 def default_stream(sample: Any) -> int:
