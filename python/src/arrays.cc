@@ -201,6 +201,24 @@ NumpyArray new_numpy_array(DType dtype, const std::vector<int64_t>& shape) {
   return NumpyArray(data, dims.size(), dims.data(), owner, nullptr, dt, nb::device::cpu::value);
 }
 
+Output output_argument(const nb::object& out, const ArgSpec& spec, const TensorView& like,
+                       const char* like_name, const std::vector<int64_t>& shape, DType dtype,
+                       const std::string& expected_shape, const char* dtype_owner) {
+  if (out.is_none()) {
+    TESSERA_CHECK_ARG(!like.device().is_cuda(), spec.name, ": None with ", like_name, " on ",
+                      like.device().to_string(),
+                      ": expected an output array (Tessera allocates cpu arrays only)");
+    NumpyArray fresh = new_numpy_array(dtype, shape);
+    return {nb::cast(fresh), view_of(fresh, dtype)};
+  }
+  const TensorView view = checked_view(array_argument<OutArray>(out, spec.name), spec);
+  check_same_device(view, spec.name, like, like_name);
+  check_shape(view, spec.name, shape, expected_shape);
+  TESSERA_CHECK_ARG(view.dtype() == dtype, spec.name, ": dtype ", dtype_name(view.dtype()),
+                    ": expected ", dtype_owner, " ", dtype_name(dtype));
+  return {out, view};
+}
+
 TensorView view_of(const NumpyArray& a, DType dtype) {
   std::vector<int64_t> shape(a.ndim());
   for (size_t i = 0; i < a.ndim(); ++i) shape[i] = int64_t(a.shape(i));

@@ -14,8 +14,10 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "tessera/core/error.h"
 #include "tessera/core/tensor_view.h"
 #include "tessera/runtime/stream.h"
 
@@ -81,6 +83,33 @@ void check_same_device(const TensorView& t, const char* name, const TensorView& 
 // Throws unless `t` has exactly `shape`; `expected` describes it ("[B=2, Lq=5, Hq=8, D=16]").
 void check_shape(const TensorView& t, const char* name, const std::vector<int64_t>& shape,
                  const std::string& expected);
+
+// An array argument given as a Python object (so that None can be told apart from it); any
+// other object throws naming `name`. Outputs (OutArray) must be writable.
+template <typename Array>
+Array array_argument(const nanobind::handle& object, const char* name) {
+  Array a;
+  constexpr bool writable = std::is_same_v<Array, OutArray>;
+  TESSERA_CHECK_ARG(nanobind::try_cast(object, a, /*convert=*/false), name, ": a ",
+                    Py_TYPE(object.ptr())->tp_name,
+                    writable ? " object (read-only, or no array): expected a writable array (NumPy "
+                               "or any DLPack producer)"
+                             : " object: expected an array (NumPy or any DLPack producer)");
+  return a;
+}
+
+// An output argument as every call takes it. None: a new NumPy array of `dtype` and `shape`
+// (on the cpu only; on a GPU the caller's framework allocates, tessera/_frameworks.py). Else
+// the caller's writable array, checked against `spec` (rank, strides), `like`'s device,
+// `shape` and `dtype`; `expected_shape` and `dtype_owner` say where those come from in the
+// messages ("q's shape [1, 6, 4, 8]", "q's"). `view` is what the call writes.
+struct Output {
+  nanobind::object object;  // what the call hands back
+  TensorView view;
+};
+Output output_argument(const nanobind::object& out, const ArgSpec& spec, const TensorView& like,
+                       const char* like_name, const std::vector<int64_t>& shape, DType dtype,
+                       const std::string& expected_shape, const char* dtype_owner);
 
 // A new zero-filled NumPy array; bfloat16 becomes uint16 bit patterns.
 NumpyArray new_numpy_array(DType dtype, const std::vector<int64_t>& shape);

@@ -65,27 +65,8 @@ nb::object attention(const InArray& q_arr, const InArray& k_arr, const InArray& 
   const Operands ops = operands(q_arr, k_arr, v_arr, causal, softmax_scale, q_start, kv_start);
   const TensorView& q = ops.q;
   const std::vector<int64_t> o_shape = {q.size(0), q.size(1), q.size(2), q.size(3)};
-  nb::object result;
-  TensorView o;
-  if (out.is_none()) {
-    TESSERA_CHECK_ARG(!q.device().is_cuda(), "out: None with q on ", q.device().to_string(),
-                      ": expected an output array (Tessera allocates cpu arrays only)");
-    NumpyArray a = new_numpy_array(q.dtype(), o_shape);
-    o = view_of(a, q.dtype());
-    result = nb::cast(a);
-  } else {
-    OutArray a;
-    TESSERA_CHECK_ARG(nb::try_cast(out, a, /*convert=*/false), "out: a ",
-                      Py_TYPE(out.ptr())->tp_name,
-                      " object (read-only, or no array): expected a writable array (NumPy or any "
-                      "DLPack producer)");
-    o = checked_view(a, kOut);
-    check_same_device(o, "out", q, "q");
-    check_shape(o, "out", o_shape, str("q's shape ", shape_string(q)));
-    TESSERA_CHECK_ARG(o.dtype() == q.dtype(), "out: dtype ", dtype_name(o.dtype()),
-                      ": expected q's ", dtype_name(q.dtype()));
-    result = out;
-  }
+  const Output o = output_argument(out, kOut, q, "q", o_shape, q.dtype(),
+                                   str("q's shape ", shape_string(q)), "q's");
   NumpyArray lse_arr;
   TensorView lse;
   if (return_lse) {
@@ -97,10 +78,10 @@ nb::object attention(const InArray& q_arr, const InArray& k_arr, const InArray& 
   const Stream stream = stream_for(stream_handle, q.device());
   {
     nb::gil_scoped_release released;  // other Python threads (ranks) run meanwhile
-    attn::forward(q, ops.k, ops.v, o, lse, ops.mask, ops.softmax_scale, stream);
+    attn::forward(q, ops.k, ops.v, o.view, lse, ops.mask, ops.softmax_scale, stream);
   }
-  if (return_lse) return nb::make_tuple(result, nb::cast(lse_arr));
-  return result;
+  if (return_lse) return nb::make_tuple(o.object, nb::cast(lse_arr));
+  return o.object;
 }
 
 std::pair<NumpyArray, NumpyArray> reference_attention(const InArray& q_arr, const InArray& k_arr,

@@ -83,16 +83,6 @@ Device device_argument(const std::string& text) {
               str("device = '", text, "': expected cpu, cuda or cuda:N"));
 }
 
-// An array argument given as a Python object (so that None can be told apart).
-template <typename Array>
-Array array_argument(const nb::handle& object, const char* name) {
-  Array a;
-  TESSERA_CHECK_ARG(nb::try_cast(object, a, /*convert=*/false), name, ": a ",
-                    Py_TYPE(object.ptr())->tp_name,
-                    " object: expected an array (NumPy or any DLPack producer)");
-  return a;
-}
-
 // weights[key] as a view; absent optional keys give an empty view.
 TensorView weight(const nb::dict& weights, const char* key, int ndim, bool optional = false) {
   if (!weights.contains(key) || weights[key].is_none()) {
@@ -139,19 +129,10 @@ class AttentionBlockLayer {
       cache.page_table = index_view(array_argument<InArray>(page_table_arr, "page_table"),
                                     {"page_table", "[B, pages_per_seq]", 2});
     }
-    nb::object result;
-    if (out.is_none()) {
-      TESSERA_CHECK_ARG(!step.x.device().is_cuda(), "out: None with x on ",
-                        step.x.device().to_string(),
-                        ": expected an output array (Tessera allocates cpu arrays only)");
-      NumpyArray fresh = new_numpy_array(step.x.dtype(), {step.x.size(0), step.x.size(1)});
-      step.out = view_of(fresh, step.x.dtype());
-      result = nb::cast(fresh);
-    } else {
-      step.out =
-          checked_view(array_argument<OutArray>(out, "out"), {"out", "[B, hidden]", 2, true});
-      result = out;
-    }
+    const Output o = output_argument(out, {"out", "[B, hidden]", 2, true}, step.x, "x",
+                                     {step.x.size(0), step.x.size(1)}, step.x.dtype(),
+                                     str("x's shape ", shape_string(step.x)), "x's");
+    step.out = o.view;
     TensorView workspace;
     if (!workspace_arr.is_none())
       workspace = bytes_view(array_argument<OutArray>(workspace_arr, "workspace"), "workspace");
@@ -172,7 +153,7 @@ class AttentionBlockLayer {
       nb::gil_scoped_release released;
       block_->run(step, w, cache, workspace, stream);
     }
-    return result;
+    return o.object;
   }
 
   const decode::AttentionBlock& block() const { return *block_; }

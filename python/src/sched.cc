@@ -31,34 +31,11 @@ namespace {
 
 using PyStep = std::tuple<int64_t, std::string>;
 
-model::LlamaOp op_argument(const std::string& name) {
-  for (int i = 0; i < model::kLlamaOps; ++i) {
-    const auto op = model::LlamaOp(i);
-    if (name == model::llama_op_name(op)) return op;
-  }
-  throw_error(ErrorCode::kInvalidArgument,
-              str("op = '", name,
-                  "': expected attn_norm, qkv, attention, o_proj, o_all_reduce, "
-                  "mlp_norm, gate_up, down or mlp_all_reduce"));
-}
-
 PyStep py_step(sched::Step s) {
   return {s.layer, model::llama_op_name(s.op)};
 }
 sched::Step step_argument(const PyStep& s) {
-  return {std::get<0>(s), op_argument(std::get<1>(s))};
-}
-
-const char* kind_name(model::OpKind kind) {
-  switch (kind) {
-    case model::OpKind::kCompute:
-      return "compute";
-    case model::OpKind::kMemory:
-      return "memory";
-    case model::OpKind::kNetwork:
-      return "network";
-  }
-  return "?";
+  return {std::get<0>(s), model::parse_llama_op(std::get<1>(s))};
 }
 
 // What Python holds of a ScheduleContext: cleared when schedule() returns.
@@ -203,7 +180,7 @@ void bind_sched(nb::module_& m) {
   m.def(
       "op_kind",
       [](const std::string& op) {
-        return std::string(kind_name(model::llama_op_kind(op_argument(op))));
+        return std::string(model::op_kind_name(model::llama_op_kind(model::parse_llama_op(op))));
       },
       nb::arg("op"), "compute, memory or network: what an operation is bound by.");
   m.def("strategies", &sched::strategy_names, "The built-in strategies' names.");

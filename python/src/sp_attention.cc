@@ -143,29 +143,15 @@ class SpAttentionLayer {
   }
 
  private:
-  // The output argument: the caller's array (checked) or a new NumPy array (cpu only).
-  static nb::object output(nb::object out, const char* name, const TensorView& like,
+  // The output argument `name` of `shape` (arrays.h output_argument); sets `view`.
+  static nb::object output(const nb::object& out, const char* name, const TensorView& like,
                            const std::vector<int64_t>& shape, TensorView& view) {
-    if (out.is_none()) {
-      TESSERA_CHECK_ARG(!like.device().is_cuda(), name, ": None with q on ",
-                        like.device().to_string(),
-                        ": expected an output array (Tessera allocates cpu arrays only)");
-      NumpyArray a = new_numpy_array(like.dtype(), shape);
-      view = view_of(a, like.dtype());
-      return nb::cast(a);
-    }
-    OutArray a;
-    TESSERA_CHECK_ARG(nb::try_cast(out, a, /*convert=*/false), name, ": a ",
-                      Py_TYPE(out.ptr())->tp_name,
-                      " object (read-only, or no array): expected a writable array (NumPy or any "
-                      "DLPack producer)");
-    view = checked_view(a, {name, "[B, rows, H, D]", 4, true});
     std::string expected = "[";
     for (size_t i = 0; i < shape.size(); ++i) expected += str(i ? ", " : "", shape[i]);
-    check_shape(view, name, shape, expected + "]");
-    TESSERA_CHECK_ARG(view.dtype() == like.dtype(), name, ": dtype ", dtype_name(view.dtype()),
-                      ": expected q's ", dtype_name(like.dtype()));
-    return out;
+    Output o = output_argument(out, {name, "[B, rows, H, D]", 4, true}, like, "q", shape,
+                               like.dtype(), expected + "]", "q's");
+    view = o.view;
+    return o.object;
   }
 
   std::shared_ptr<RankSession> session_;  // keeps the session (not the context) alive

@@ -87,31 +87,16 @@ class TpOperationLayer {
     if (bias_arr) bias = checked_view(*bias_arr, {"bias", "[N]", 1});
     check_same_device(b, "b", a, "a");
     if (!bias.empty()) check_same_device(bias, "bias", a, "a");
-    const DType out_dtype = op->plan().request.out_dtype;
-    nb::object result;
-    TensorView o;
-    if (out.is_none()) {
-      TESSERA_CHECK_ARG(!a.device().is_cuda(), "out: None with a on ", a.device().to_string(),
-                        ": expected an output array (Tessera allocates cpu arrays only)");
-      NumpyArray fresh = new_numpy_array(out_dtype, {s.out_rows, s.out_cols});
-      o = view_of(fresh, out_dtype);
-      result = nb::cast(fresh);
-    } else {
-      OutArray given;
-      TESSERA_CHECK_ARG(nb::try_cast(out, given, /*convert=*/false), "out: a ",
-                        Py_TYPE(out.ptr())->tp_name,
-                        " object (read-only, or no array): expected a writable array (NumPy or "
-                        "any DLPack producer)");
-      o = checked_view(given, {"out", "[rows, N]", 2, true});
-      check_same_device(o, "out", a, "a");
-      result = out;
-    }
+    const Output o =
+        output_argument(out, {"out", "[rows, N]", 2, true}, a, "a", {s.out_rows, s.out_cols},
+                        op->plan().request.out_dtype,
+                        str("[", s.out_rows, ", ", s.out_cols, "] (shapes['out'])"), "out_dtype");
     const Stream stream = stream_for(stream_handle, a.device());
     {
       nb::gil_scoped_release released;  // collective: the other ranks run meanwhile
-      op->run(a, b, bias, o, stream);
+      op->run(a, b, bias, o.view, stream);
     }
-    return result;
+    return o.object;
   }
 
   std::pair<int64_t, int64_t> rows() const {

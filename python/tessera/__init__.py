@@ -56,7 +56,7 @@ def attention(q, k, v, *, out=None, stream=None, return_lse=False, **kwargs):
     if stream is None:
         stream = _default_stream(q)
     result = _C.attention(_exported(q), _exported(k), _exported(v),
-                          out=None if out is None else _exported(out), stream=stream,
+                          out=_exported(out), stream=stream,
                           return_lse=return_lse, **kwargs)
     if out is not None:  # the caller's (or the framework's) array, not the capsule it crossed as
         result = (out, result[1]) if return_lse else out

@@ -59,7 +59,8 @@ def exported(x: Any) -> Any:
     """`x` as it crosses into the extension: a torch tensor as the DLPack capsule of torch's C
     exporter (torch.utils.dlpack.to_dlpack, well under a microsecond), where the protocol method
     x.__dlpack__() that nanobind calls otherwise runs Python code costing microseconds per
-    tensor, several per call; anything else unchanged. The capsule shares x's memory."""
+    tensor, several per call; anything else (None included) unchanged. The capsule shares x's
+    memory."""
     tp = type(x)
     export = _EXPORTER_OF.get(tp, _UNSEEN)
     if export is _UNSEEN:

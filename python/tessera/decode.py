@@ -9,10 +9,6 @@ from . import _C
 from ._frameworks import default_stream, exported, like_input, new_bytes, new_output
 
 
-def _exported_or_none(x):
-    return None if x is None else exported(x)
-
-
 class AttentionBlock(_C.decode.AttentionBlock):
     __doc__ = _C.decode.AttentionBlock.__doc__
 
@@ -27,9 +23,9 @@ class AttentionBlock(_C.decode.AttentionBlock):
         if stream is None:
             stream = default_stream(x)
         result = super().__call__(
-            exported(x), exported(positions), {k: _exported_or_none(w) for k, w in weights.items()},
-            exported(k_cache), _exported_or_none(v_cache), page_table=_exported_or_none(page_table),
-            out=_exported_or_none(out), workspace=_exported_or_none(workspace), stream=stream)
+            exported(x), exported(positions), {k: exported(w) for k, w in weights.items()},
+            exported(k_cache), exported(v_cache), page_table=exported(page_table),
+            out=exported(out), workspace=exported(workspace), stream=stream)
         # An output given (or made by the framework) comes back as itself, not as its capsule.
         return like_input(x, result if out is None else out)
 

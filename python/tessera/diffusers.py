@@ -47,6 +47,16 @@ def sequence_parallel(layer: Any) -> Iterator[None]:
         _layer.reset(token)
 
 
+def _active_layer(attention_mask: Any, outside: str) -> Any:
+    """The layer of the enclosing sequence_parallel block; `outside` says what to do without."""
+    layer = _layer.get()
+    if layer is None:
+        raise RuntimeError(f"tessera.diffusers.{outside}")
+    if attention_mask is not None:
+        raise ValueError("attention_mask: Tessera's sequence-parallel attention takes none")
+    return layer
+
+
 def _sequence_parallel_attention(layer: Any, query: Any, key: Any, value: Any) -> Any:
     """Attention of the [text; image rows] q, k, v [B, J + L_r, H, D] through `layer` (the text
     tokens as its joint tokens); returns [B, J + L_r, H * D] in the same order."""
@@ -76,12 +86,8 @@ class FluxAttnProcessor:
         import torch
         from diffusers.models.embeddings import apply_rotary_emb
 
-        layer = _layer.get()
-        if layer is None:
-            raise RuntimeError("tessera.diffusers.FluxAttnProcessor: call the model inside "
-                               "`with tessera.diffusers.sequence_parallel(layer):`")
-        if attention_mask is not None:
-            raise ValueError("attention_mask: Tessera's sequence-parallel attention takes none")
+        layer = _active_layer(attention_mask, "FluxAttnProcessor: call the model inside "
+                                              "`with tessera.diffusers.sequence_parallel(layer):`")
 
         def heads(x: Any) -> Any:
             return x.unflatten(-1, (-1, attn.head_dim))
@@ -117,12 +123,8 @@ class CogVideoXAttnProcessor:
         import torch
         from diffusers.models.embeddings import apply_rotary_emb
 
-        layer = _layer.get()
-        if layer is None:
-            raise RuntimeError("tessera.diffusers.CogVideoXAttnProcessor: run the model through "
-                               "tessera.diffusers.cogvideox_forward")
-        if attention_mask is not None:
-            raise ValueError("attention_mask: Tessera's sequence-parallel attention takes none")
+        layer = _active_layer(attention_mask, "CogVideoXAttnProcessor: run the model through "
+                                              "tessera.diffusers.cogvideox_forward")
         j = encoder_hidden_states.size(1)
         h = torch.cat([encoder_hidden_states, hidden_states], dim=1)
 

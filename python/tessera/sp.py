@@ -8,10 +8,6 @@ from . import _C
 from ._frameworks import default_stream, exported, like_input, new_output
 
 
-def _exported_or_none(x):
-    return None if x is None else exported(x)
-
-
 class Attention(_C.sp.Attention):
     __doc__ = _C.sp.Attention.__doc__
 
@@ -24,9 +20,9 @@ class Attention(_C.sp.Attention):
         if stream is None:
             stream = default_stream(q)
         result = super().__call__(
-            exported(q), exported(k), exported(v), out=_exported_or_none(out),
-            joint_q=_exported_or_none(joint_q), joint_k=_exported_or_none(joint_k),
-            joint_v=_exported_or_none(joint_v), joint_out=_exported_or_none(joint_out),
+            exported(q), exported(k), exported(v), out=exported(out),
+            joint_q=exported(joint_q), joint_k=exported(joint_k),
+            joint_v=exported(joint_v), joint_out=exported(joint_out),
             stream=stream)
         # Outputs given (or made by the framework) come back as themselves, not as the
         # capsules they crossed as.

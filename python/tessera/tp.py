@@ -18,9 +18,8 @@ class Operation(_C.tp.Operation):
             out = new_array(a, self.shapes["out"], self.out_dtype)
         if stream is None:
             stream = default_stream(a)
-        result = super().__call__(exported(a), exported(b),
-                                  None if bias is None else exported(bias),
-                                  out=None if out is None else exported(out), stream=stream)
+        result = super().__call__(exported(a), exported(b), exported(bias), out=exported(out),
+                                  stream=stream)
         # An output given (or made by the framework) comes back as itself, not as its capsule.
         return like_input(a, result if out is None else out)
 

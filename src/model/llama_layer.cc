@@ -68,6 +68,25 @@ const char* llama_op_name(LlamaOp op) {
   return "?";
 }
 
+LlamaOp parse_llama_op(std::string_view name, const char* what) {
+  for (int i = 0; i < kLlamaOps; ++i) {
+    if (name == llama_op_name(LlamaOp(i))) return LlamaOp(i);
+  }
+  throw_error(ErrorCode::kInvalidArgument,
+              str(what, " = '", name,
+                  "': expected attn_norm, qkv, attention, o_proj, o_all_reduce, mlp_norm, "
+                  "gate_up, down or mlp_all_reduce"));
+}
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kCompute: return "compute";
+    case OpKind::kMemory: return "memory";
+    case OpKind::kNetwork: return "network";
+  }
+  return "?";
+}
+
 OpKind llama_op_kind(LlamaOp op) {
   switch (op) {
     case LlamaOp::kQkv:

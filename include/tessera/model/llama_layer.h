@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "tessera/comm/communicator.h"
@@ -44,7 +45,10 @@ enum class LlamaOp : int {
 inline constexpr int kLlamaOps = 9;
 enum class OpKind : uint8_t { kCompute, kMemory, kNetwork };
 const char* llama_op_name(LlamaOp op);
+// Parses llama_op_name's names; throws kInvalidArgument naming `what` and the known names.
+LlamaOp parse_llama_op(std::string_view name, const char* what = "op");
 OpKind llama_op_kind(LlamaOp op);
+const char* op_kind_name(OpKind kind);  // "compute", "memory", "network"
 
 // The intermediate activations of one layer call, [T, width] each: nano-batches are row
 // ranges of them (views).
