@@ -316,12 +316,18 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
                                      shrink > 1 ? str("/", shrink) : std::string(), " ",
                                      layer.layer, " tp", ctx.size, " M", m);
         const bool on_cuda = ctx.backend == Backend::kCuda;
-        const bool fused_on_cuda = layer.op != tp::TpOp::kGemmAllToAll;
-        const double gemm_us = on_cuda && fused_on_cuda ? bench.gemm_alone_us(request) : 0.0;
+        // Whether this backend builds the fused form of the case (cuda: not gemm_a2a, nor
+        // gemm_rs across machines); where it does not, only the unfused pair and auto run.
+        tp::TpPlanOptions forced;
+        forced.fuse = tp::TpPlanOptions::Fuse::kFused;
+        const bool fused_runs =
+            tp::fused_unsupported_reason(tp::plan_for_context(ctx, request, forced), ctx.backend)
+                .empty();
+        const double gemm_us = on_cuda && fused_runs ? bench.gemm_alone_us(request) : 0.0;
         std::vector<BenchRecord> of_case;
         for (const std::string& impl : impls) {
           const bool fused = impl == "fused", automatic = impl == "auto";
-          if (fused && on_cuda && !fused_on_cuda) continue;
+          if (fused && !fused_runs) continue;
           tp::TpPlanOptions options;
           options.fuse = automatic ? tp::TpPlanOptions::Fuse::kAuto
                          : fused   ? tp::TpPlanOptions::Fuse::kFused
