@@ -1,6 +1,7 @@
 #include "tessera/model/llama_gpu_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <future>
 #include <map>
@@ -9,6 +10,7 @@
 
 #include "model/greedy.h"
 #include "model/llama_gpu_backend.h"
+#include "model/llama_gpu_impl.h"
 #include "tessera/attn/attention.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
@@ -17,31 +19,10 @@
 #include "tessera/model/ops.h"
 #include "tessera/model/page_allocator.h"
 #include "tessera/runtime/memory.h"
+#include "tessera/sched/schedule.h"
 
 namespace tessera::model {
 namespace {
-
-enum class LinearKind : int { kQkv, kO, kGateUp, kDown, kHead };
-
-struct LayerWeights {
-  Tensor input_norm, wqkv, bqkv, wo, post_norm, wgu, wdown;
-};
-
-// One decoder layer's work over the rows of a step: prefills run attention per sequence,
-// decodes in runs of consecutive inputs (one row each) through the split-KV kernel.
-struct Prefill {
-  int64_t first_row = 0, num_tokens = 0;
-};
-struct DecodeRun {
-  int64_t first_input = 0, count = 0, first_row = 0;
-};
-struct Step {
-  int64_t tokens = 0, logit_rows = 0;
-  std::vector<Prefill> prefills;
-  std::vector<DecodeRun> decodes;
-};
-
-using Bits = std::vector<uint16_t>;  // bf16 or f16 values, as the device holds them
 
 // The concatenation of `parts` (fused QKV and gate/up weights), rounded to `dtype`.
 Bits to_bits(std::initializer_list<const std::vector<float>*> parts, DType dtype) {
@@ -77,79 +58,6 @@ struct HostLayer {
 
 }  // namespace
 
-struct LlamaGpuModel::Impl {
-  Impl(const DecoderConfig& config, const LlamaTensorSource& source, const LlamaGpuOptions& o,
-       Communicator* comm);
-
-  Tensor upload(const Bits& bits, std::initializer_list<int64_t> shape, bool count = true);
-  const gemm::Gemm& linear(LinearKind kind, int64_t m);
-  void run_linear(LinearKind kind, const TensorView& a, const Tensor& w, const Tensor& bias,
-                  const TensorView& out);
-  // Rows [0, n) of a [rows, width] buffer.
-  TensorView rows(const Tensor& t, int64_t n) const { return t.view().slice(0, 0, n); }
-  const int32_t* i32(int64_t offset) const { return step_i32.data_as<int32_t>() + offset; }
-  TensorView i32_view(int64_t offset, int64_t n) const {
-    return TensorView(const_cast<int32_t*>(i32(offset)), DType::kI32, device, {n});
-  }
-  int splits_for(int64_t batch) const;
-
-  Step pack(std::span<const SequenceTokens> inputs, LogitRows which);
-  void upload_step(const Step& step, size_t inputs);
-  void run_step(const Step& step);
-  void run_layer(int64_t layer, const Step& step);
-  void attend(int64_t layer, const Step& step);
-  void project(LinearKind kind, const TensorView& in, const Tensor& weight, int64_t tokens);
-  // Layer `layer`'s keys and values: [num_pages * page_size, kv_width] rows.
-  TensorView k_table(int64_t layer) const;
-  TensorView v_table(int64_t layer) const;
-  // The fused decode attention block for a decode-only step of `batch` sequences (the
-  // ClusterFusion kernel: projections, RoPE, cache append, attention, output projection), or
-  // null where it does not take the model (then the layer's own operations run).
-  const decode::AttentionBlock* fused_block(int64_t batch);
-  // Runs the step eagerly or from its CUDA graph (decode-only batches).
-  void execute(const Step& step, size_t inputs);
-  // Waits for the stream; with a group, first for the collectives through the Communicator (its
-  // timeout names the rank that did not arrive), so no cross-GPU wait is unbounded.
-  void wait() const {
-    if (comm != nullptr) comm->synchronize(stream);
-    stream.synchronize();
-  }
-
-  DecoderConfig config;
-  LlamaShapes shapes;
-  LlamaGpuOptions opts;
-  Communicator* comm = nullptr;
-  Device device;
-  Stream stream = Stream::cpu();
-  int64_t weight_bytes = 0;
-  int64_t qkv_width = 0, pages_per_seq = 0, cache_rows = 0;
-
-  Tensor embed, final_norm, lm_head, inv_freq;
-  std::vector<LayerWeights> layers;
-  Tensor cache;  // [layers, 2, cache_rows, kv_width]
-  PageAllocator pages;
-
-  Tensor x, residual, h, qkv, attn, gate_up, act, partial;  // [max_tokens, width]
-  Tensor xr, rr, hr, logits, next;                          // [max_logit_rows, ...]
-  Tensor partial_o, partial_lse;                            // split-KV workspace
-  // Step inputs, i32: ids, positions, slots [max_tokens]; logit rows [max_logit_rows];
-  // seq_pos [max_batch]; page table [max_batch, pages_per_seq].
-  Tensor step_i32;
-  std::vector<int32_t> staging;
-  int64_t off_pos = 0, off_slot = 0, off_rows = 0, off_seq = 0, off_table = 0;
-
-  std::map<std::pair<int, int64_t>, std::unique_ptr<gemm::Gemm>> gemms;
-#ifdef TESSERA_WITH_CUDA
-  std::map<int64_t, std::unique_ptr<detail::CudaGraph>> graphs;
-#endif
-  std::set<int64_t> eager_batches;  // decode batch sizes run once eagerly (plans made)
-  struct FusedDecode {
-    std::unique_ptr<decode::AttentionBlock> block;  // null: the kernel does not take it
-    Tensor workspace;
-  };
-  std::map<int64_t, FusedDecode> fused;  // by batch size
-  int sm_count = 1;
-};
 
 LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& source,
                           const LlamaGpuOptions& o, Communicator* comm_in)
@@ -360,11 +268,13 @@ Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows
     const SequenceTokens& in = inputs[i];
     const int64_t start = pages.length(in.seq_id), n = int64_t(in.tokens.size());
     pages.extend(in.seq_id, n);
+    step.batch.sequences.push_back({in.seq_id, start, n, row});
     const std::vector<int64_t>& table = pages.page_table(in.seq_id);
     for (int64_t j = 0; j < n; ++j, ++row) {
       const int64_t pos = start + j;
       staging[size_t(row)] = in.tokens[size_t(j)];
       staging[size_t(off_pos + row)] = int32_t(pos);
+      step.batch.positions.push_back(int32_t(pos));
       staging[size_t(off_slot + row)] = int32_t(table[size_t(pos / page)] * page + pos % page);
     }
     if (which == LogitRows::kLast) staging[size_t(off_rows) + i] = int32_t(row - 1);
@@ -430,111 +340,6 @@ const decode::AttentionBlock* LlamaGpuModel::Impl::fused_block(int64_t batch) {
   return it->second.block.get();
 }
 
-void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
-  const LayerWeights& w = layers[size_t(l)];
-  const int64_t t = step.tokens, d = shapes.head_dim, hkv = shapes.kv_heads;
-  const int64_t qw = shapes.q_width(), kvw = shapes.kv_width(), f = shapes.intermediate;
-  const float eps = float(config.rms_norm_eps);
-  const TensorView xs = rows(x, t), res = rows(residual, t), hs = rows(h, t);
-  rms_norm(xs, {res, res}, w.input_norm, eps, hs, stream);
-  const decode::AttentionBlock* block = step.prefills.empty() ? fused_block(step.tokens) : nullptr;
-  if (block != nullptr) {
-    // One kernel from h to the output projection; positions are the tokens cached before.
-    const int64_t ps = opts.cache.page_size, pages_total = opts.cache.num_pages;
-    auto pages = [&](const TensorView& table) {
-      return TensorView(table.data(), opts.dtype, device, {pages_total, ps, hkv, d});
-    };
-    const TensorView wqkv = w.wqkv.view();
-    const decode::AttentionWeights weights{wqkv.slice(0, 0, qw), wqkv.slice(0, qw, kvw),
-                                           wqkv.slice(0, qw + kvw, kvw), w.wo, TensorView{}};
-    const TensorView out = comm == nullptr ? xs : rows(partial, t);
-    const TensorView table(const_cast<int32_t*>(i32(off_table)), DType::kI32, device,
-                           {t, pages_per_seq});
-    block->run({hs, i32_view(off_seq, t), out}, weights,
-               {pages(k_table(l)), pages(v_table(l)), table}, fused.at(t).workspace, stream);
-    if (comm != nullptr)
-      comm->all_reduce(out.flat(0, out.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream);
-  } else {
-    attend(l, step);
-  }
-  rms_norm(xs, {res, res}, w.post_norm, eps, hs, stream);
-  const TensorView gu = rows(gate_up, t), acts = rows(act, t);
-  run_linear(LinearKind::kGateUp, hs, w.wgu, Tensor{}, gu);
-  silu_and_mul(gu.slice(1, 0, f), gu.slice(1, f, f), acts, stream);
-  project(LinearKind::kDown, acts, w.wdown, t);
-}
-
-// The layer's attention from h: QKV, RoPE, cache append, attention, output projection into x.
-void LlamaGpuModel::Impl::attend(int64_t l, const Step& step) {
-  const LayerWeights& w = layers[size_t(l)];
-  const int64_t t = step.tokens, d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
-  const int64_t qw = shapes.q_width(), kvw = shapes.kv_width();
-  const float scale = attn::default_softmax_scale(d);
-  const TensorView hs = rows(h, t), qkv_rows = rows(qkv, t), attn_rows = rows(attn, t);
-  const TensorView positions = i32_view(off_pos, t);
-  // q, k, v: column blocks of the qkv rows, [T, heads, D].
-  auto heads = [&](int64_t column, int64_t count) {
-    return TensorView(qkv.data_as<uint16_t>() + column, opts.dtype, device, {t, count, d},
-                      {qkv_width, d, 1});
-  };
-  const TensorView q = heads(0, hq), k = heads(qw, hkv), v = heads(qw + kvw, hkv);
-  run_linear(LinearKind::kQkv, hs, w.wqkv, w.bqkv, qkv_rows);
-  const TensorView qk = heads(0, hq + hkv);  // q's heads then k's: one rotation launch
-  rope(qk, positions, inv_freq, qk, stream);
-  const TensorView slots = i32_view(off_slot, t);
-  scatter_rows(TensorView(k.data(), opts.dtype, device, {t, kvw}, {qkv_width, 1}), slots,
-               k_table(l), stream);
-  scatter_rows(TensorView(v.data(), opts.dtype, device, {t, kvw}, {qkv_width, 1}), slots,
-               v_table(l), stream);
-  for (const Prefill& p : step.prefills) {
-    auto seq = [&](const TensorView& part, int64_t count) {
-      return TensorView(static_cast<uint16_t*>(part.data()) + p.first_row * qkv_width, opts.dtype,
-                        device, {1, p.num_tokens, count, d},
-                        {p.num_tokens * qkv_width, qkv_width, d, 1});
-    };
-    const TensorView o(attn.data_as<uint16_t>() + p.first_row * qw, opts.dtype, device,
-                       {1, p.num_tokens, hq, d});
-    attn::forward(seq(q, hq), seq(k, hkv), seq(v, hkv), o, TensorView{},
-                  attn::MaskSpec::causal_at(0, 0), scale, stream);
-  }
-#ifdef TESSERA_WITH_CUDA
-  for (const DecodeRun& run : step.decodes) {
-    detail::SplitKvAttention a;
-    a.dtype = opts.dtype;
-    a.batch = int(run.count);
-    a.num_heads = int(hq);
-    a.num_kv_heads = int(hkv);
-    a.head_dim = int(d);
-    a.q = qkv.data_as<uint16_t>() + run.first_row * qkv_width;
-    a.q_stride = qkv_width;
-    a.k_cache = k_table(l).data();
-    a.v_cache = v_table(l).data();
-    a.page_table = i32(off_table + run.first_input * pages_per_seq);
-    a.pages_per_seq = pages_per_seq;
-    a.num_pages = opts.cache.num_pages;
-    a.page_size = opts.cache.page_size;
-    a.positions = i32(off_seq + run.first_input);
-    a.softmax_scale = scale;
-    a.splits = splits_for(run.count);
-    a.partial_o = partial_o.data_as<float>();
-    a.partial_lse = partial_lse.data_as<float>();
-    a.o = attn.data_as<uint16_t>() + run.first_row * qw;
-    detail::cuda_split_kv_attention(a, stream);
-  }
-#endif
-  project(LinearKind::kO, attn_rows, w.wo, t);
-}
-
-// x = in W^T, all-reduced over the ranks (row-parallel: each rank holds a partial sum).
-void LlamaGpuModel::Impl::project(LinearKind kind, const TensorView& in, const Tensor& weight,
-                                  int64_t t) {
-  const TensorView xs = rows(x, t);
-  if (comm == nullptr) return run_linear(kind, in, weight, Tensor{}, xs);
-  const TensorView part = rows(partial, t);
-  run_linear(kind, in, weight, Tensor{}, part);
-  comm->all_reduce(part.flat(0, part.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, stream);
-}
-
 TensorView LlamaGpuModel::Impl::k_table(int64_t layer) const {
   return TensorView(cache.view().slice(0, layer, 1).data(), opts.dtype, device,
                     {cache_rows, shapes.kv_width()});
@@ -545,12 +350,16 @@ TensorView LlamaGpuModel::Impl::v_table(int64_t layer) const {
                     opts.dtype, device, {cache_rows, shapes.kv_width()});
 }
 
-void LlamaGpuModel::Impl::run_step(const Step& step) {
+void LlamaGpuModel::Impl::run_step(const Step& step, const sched::Strategy* strategy) {
   const int64_t t = step.tokens, r = step.logit_rows;
   const TensorView xs = rows(x, t), res = rows(residual, t);
   fill_bytes(res.data(), 0, size_t(res.numel()) * dtype_size(opts.dtype), stream);
   embedding(i32_view(0, t), embed, xs, stream);
-  for (int64_t l = 0; l < shapes.num_layers; ++l) run_layer(l, step);
+  if (strategy != nullptr) {
+    run_scheduled_layers(step, *strategy);
+  } else {
+    for (int64_t l = 0; l < shapes.num_layers; ++l) run_layer(l, step);
+  }
   // The final norm and lm_head on the asked-for rows only.
   const TensorView picked = i32_view(off_rows, r), hrs = rows(hr, r);
   embedding(picked, xs, rows(xr, r), stream);
@@ -561,27 +370,40 @@ void LlamaGpuModel::Impl::run_step(const Step& step) {
   argmax(rows(logits, r), rows(next, r), stream);
 }
 
-void LlamaGpuModel::Impl::execute(const Step& step, size_t inputs) {
+void LlamaGpuModel::Impl::execute(const Step& step, size_t inputs,
+                                  const sched::Strategy* strategy) {
+  const auto start = std::chrono::steady_clock::now();
+  struct Timed {  // the host time of this call, however it returns
+    std::chrono::steady_clock::time_point start;
+    double& out;
+    ~Timed() {
+      out = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                .count();
+    }
+  } timed{start, last_host_us};
   upload_step(step, inputs);
 #ifdef TESSERA_WITH_CUDA
   // Under tensor parallelism the all-reduces are captured too; every rank captures and replays
-  // at the same steps, since every rank runs the same batches.
+  // at the same steps, since every rank runs the same batches. A strategy's side streams fork
+  // from `stream` and join it again, so they are captured with it.
   const bool graphable = opts.cuda_graphs && (comm == nullptr || comm->graph_capturable()) &&
                          step.prefills.empty() && step.decodes.size() == 1 &&
                          step.logit_rows == step.tokens;
   if (graphable) {
-    const int64_t b = step.tokens;
-    auto it = graphs.find(b);
-    if (it == graphs.end() && eager_batches.count(b) != 0) {
+    const std::pair<int64_t, std::string> key{step.tokens, strategy ? strategy->name() : ""};
+    auto it = graphs.find(key);
+    if (it == graphs.end() && eager_batches.count(key) != 0) {
       // Every plan of this batch size exists (the eager step made them): capture.
-      it = graphs.emplace(b, std::make_unique<detail::CudaGraph>(stream, [&] { run_step(step); }))
+      it = graphs
+               .emplace(key, std::make_unique<detail::CudaGraph>(
+                                 stream, [&] { run_step(step, strategy); }))
                .first;
     }
     if (it != graphs.end()) return it->second->replay(stream);
-    eager_batches.insert(b);
+    eager_batches.insert(key);
   }
 #endif
-  run_step(step);
+  run_step(step, strategy);
 }
 
 LlamaGpuModel::LlamaGpuModel(const DecoderConfig& config, const LlamaTensorSource& weights,
@@ -612,22 +434,32 @@ int64_t LlamaGpuModel::length(int64_t seq_id) const {
   return impl_->pages.length(seq_id);
 }
 
-std::vector<float> LlamaGpuModel::forward(std::span<const SequenceTokens> inputs, LogitRows rows) {
+std::vector<float> LlamaGpuModel::forward(std::span<const SequenceTokens> inputs, LogitRows rows,
+                                          const sched::Strategy* strategy) {
   const Step step = impl_->pack(inputs, rows);
-  impl_->execute(step, inputs.size());
+  impl_->execute(step, inputs.size(), strategy);
   std::vector<float> out(size_t(step.logit_rows * impl_->shapes.vocab));
   copy_bytes(out.data(), impl_->logits.data(), out.size() * sizeof(float), impl_->stream);
   impl_->wait();
   return out;
 }
 
-std::vector<int32_t> LlamaGpuModel::forward_greedy(std::span<const SequenceTokens> inputs) {
+std::vector<int32_t> LlamaGpuModel::forward_greedy(std::span<const SequenceTokens> inputs,
+                                                   const sched::Strategy* strategy) {
   const Step step = impl_->pack(inputs, LogitRows::kLast);
-  impl_->execute(step, inputs.size());
+  impl_->execute(step, inputs.size(), strategy);
   std::vector<int32_t> out(inputs.size());
   copy_bytes(out.data(), impl_->next.data(), out.size() * sizeof(int32_t), impl_->stream);
   impl_->wait();
   return out;
+}
+
+double LlamaGpuModel::last_step_host_us() const {
+  return impl_->last_host_us;
+}
+
+void LlamaGpuModel::truncate(int64_t seq_id, int64_t length) {
+  impl_->pages.truncate(seq_id, length);
 }
 
 std::vector<int32_t> LlamaGpuModel::generate_greedy(const std::vector<int32_t>& prompt,

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -70,19 +71,27 @@ class TpBench {
     const int64_t k_rank = rs ? r.k / p : r.k, n_rank = ag ? r.n / p : r.n;
     const int64_t k0 = rs ? rank * k_rank : 0, n0 = ag ? rank * n_rank : 0;
     const bool kn = r.weight_layout == tp::WeightLayout::kKN;
-    Tensor a = fill(s.a_rows, s.a_cols, r.dtype, [&](int64_t i, int64_t j) {
-      return value(Operand::kA, a_row0 + i, a_col0 + j, r.dtype);
-    });
-    Tensor b = fill(s.b_rows, s.b_cols, r.dtype, [&](int64_t i, int64_t j) {
-      const int64_t kk = kn ? i : j, nn = kn ? j : i;
-      return value(Operand::kW, k0 + kk, n0 + nn, r.dtype);
-    });
-    Tensor bias = r.has_bias
-                      ? fill(1, s.bias, r.out_dtype,
-                             [&](int64_t, int64_t j) {
-                               return value(Operand::kBias, 0, (ag ? n0 : 0) + j, r.out_dtype);
-                             })
-                      : Tensor();
+    // Fused and unfused runs of a case share their inputs (filling the widest layers' weights
+    // and activations takes seconds per rank).
+    const std::string key = tp::describe(r);
+    if (operands_key_ != key) {
+      operands_key_.clear();
+      a_ = b_ = bias_ = Tensor();  // free the last case's inputs first
+      a_ = fill(s.a_rows, s.a_cols, r.dtype, [&](int64_t i, int64_t j) {
+        return value(Operand::kA, a_row0 + i, a_col0 + j, r.dtype);
+      });
+      b_ = fill(s.b_rows, s.b_cols, r.dtype, [&](int64_t i, int64_t j) {
+        const int64_t kk = kn ? i : j, nn = kn ? j : i;
+        return value(Operand::kW, k0 + kk, n0 + nn, r.dtype);
+      });
+      bias_ = r.has_bias ? fill(1, s.bias, r.out_dtype,
+                                [&](int64_t, int64_t j) {
+                                  return value(Operand::kBias, 0, (ag ? n0 : 0) + j, r.out_dtype);
+                                })
+                         : Tensor();
+      operands_key_ = key;
+    }
+    const Tensor &a = a_, &b = b_, &bias = bias_;
     Tensor out = Tensor::empty({s.out_rows, s.out_cols}, r.out_dtype, ctx_.device);
     const TensorView bias_view =
         r.has_bias ? TensorView(bias.data(), r.out_dtype, ctx_.device, {s.bias}) : TensorView();
@@ -158,13 +167,24 @@ class TpBench {
   }
 
  private:
+  // Rows are filled by several host threads: this host's cores shared among its ranks.
   template <typename Fn>
   Tensor fill(int64_t rows, int64_t cols, DType dtype, Fn&& fn) {
     std::vector<std::byte> host(size_t(rows * cols) * dtype_size(dtype));
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j)
-        store_from_float(host.data(), dtype, i * cols + j, fn(i, j));
-    }
+    const int64_t threads = std::clamp<int64_t>(
+        int64_t(std::thread::hardware_concurrency()) / std::max(ctx_.size, 1), 1,
+        std::max<int64_t>(rows, 1));
+    auto fill_rows = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        for (int64_t j = 0; j < cols; ++j)
+          store_from_float(host.data(), dtype, i * cols + j, fn(i, j));
+      }
+    };
+    std::vector<std::thread> workers;
+    for (int64_t t = 1; t < threads; ++t)
+      workers.emplace_back(fill_rows, rows * t / threads, rows * (t + 1) / threads);
+    fill_rows(0, rows / threads);
+    for (std::thread& w : workers) w.join();
     Tensor t = Tensor::empty({std::max<int64_t>(rows * cols, 1)}, dtype, ctx_.device);
     copy_bytes(t.data(), host.data(), host.size(), ctx_.stream);
     ctx_.stream.synchronize();
@@ -208,6 +228,8 @@ class TpBench {
 
   RankContext& ctx_;
   const Options& opt_;
+  std::string operands_key_;  // the request whose inputs a_, b_, bias_ hold
+  Tensor a_, b_, bias_;
 };
 
 // `tune`: `tessera tune tp`, which measures fused and unfused and writes the tuning table
@@ -386,12 +408,13 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
           }
           records.push_back(rec);
         }
+        // Written after every case, so a run stopped early keeps what it measured.
+        if (ctx.rank == 0 && !opt.text("json").empty()) write_bench_json(opt.text("json"), records);
       }
     }
     if (ctx.rank != 0) return;
     std::printf("# %zu cases, #wrong total %lld\n", records.size(),
                 static_cast<long long>(total_wrong));
-    if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
     if (total_wrong != 0)
       throw_error(ErrorCode::kInternal, str("bench tp: ", total_wrong, " wrong elements"));
     if (!table.empty()) {

@@ -89,10 +89,26 @@ class LlamaGpuModel {
   // row-major on the host. Throws kInvalidArgument naming the input (unknown or repeated
   // seq_id, a token outside [0, V), more rows or inputs than planned, a context above
   // max_context, the cache out of pages); nothing is cached then.
+  // With `strategy` (tessera/sched/schedule.h) the layers' operations run split into its
+  // nano-batches and in its order, each kind on its stream (compute on stream(), memory-bound
+  // and network operations on two more), cross-stream dependencies as events and no host
+  // synchronization inside the step; decode-only steps replay a CUDA graph per (batch size,
+  // strategy). The logits match the unscheduled step's within rounding (GEMM and split-KV
+  // plans depend on the rows they get), not bitwise. A strategy's fused groups (TokenWeave's
+  // all-reduce + RMSNorm) are refused (kUnsupported) on cuda.
   std::vector<float> forward(std::span<const SequenceTokens> inputs,
-                             LogitRows rows = LogitRows::kLast);
+                             LogitRows rows = LogitRows::kLast,
+                             const sched::Strategy* strategy = nullptr);
   // The same, returning each input's next token (the argmax of its last row, taken on the GPU).
-  std::vector<int32_t> forward_greedy(std::span<const SequenceTokens> inputs);
+  std::vector<int32_t> forward_greedy(std::span<const SequenceTokens> inputs,
+                                      const sched::Strategy* strategy = nullptr);
+  // Forgets what `seq_id` cached beyond its first `length` positions (a benchmark repeating a
+  // step puts the sequences back). Throws kInvalidArgument for an unknown sequence or a length
+  // above what it holds.
+  void truncate(int64_t seq_id, int64_t length);
+  // The host time of the last forward's launches (from its inputs' upload to the last launch or
+  // graph replay, before the wait for its results), in microseconds.
+  double last_step_host_us() const;
   // Prefill `prompt` in a new sequence, then `steps` greedy tokens; the sequence is released.
   std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int64_t steps);
 

@@ -1,0 +1,172 @@
+// A decoder layer's logical operations (llama_layer.h: LlamaOp) on the cuda backend, each over
+// the rows of a part of the step (the whole step, or a scheduler's nano-batch) on a given
+// stream. Parts are whole sequences, so each operation reads and writes only its part's rows of
+// the step's buffers (and its sequences' cache pages): parts may run on different streams at
+// once. Two operations of one kind never run at once (a strategy puts each kind on one stream),
+// so the split-KV workspace and the GEMM plans are shared.
+#include <algorithm>
+
+#include "model/llama_gpu_impl.h"
+#include "tessera/attn/attention.h"
+#include "tessera/core/error.h"
+#include "tessera/model/ops.h"
+
+namespace tessera::model {
+
+Part whole(const Step& step) {
+  return Part{0, step.tokens, step.prefills, step.decodes};
+}
+
+Part part_of(const Step& step, int64_t first_input, int64_t count) {
+  const std::vector<PackedSequence>& seqs = step.batch.sequences;
+  TESSERA_CHECK(first_input >= 0 && count >= 1 && first_input + count <= int64_t(seqs.size()),
+                ErrorCode::kInternal, "part_of: inputs [", first_input, ", ",
+                first_input + count, ") of ", seqs.size());
+  const PackedSequence &first = seqs[size_t(first_input)],
+                       &last = seqs[size_t(first_input + count - 1)];
+  Part part;
+  part.first_row = first.first_row;
+  part.tokens = last.first_row + last.num_tokens - first.first_row;
+  const int64_t row_end = part.first_row + part.tokens;
+  for (const Prefill& p : step.prefills) {
+    if (p.first_row >= part.first_row && p.first_row < row_end) part.prefills.push_back(p);
+  }
+  for (const DecodeRun& run : step.decodes) {
+    const int64_t begin = std::max(run.first_input, first_input);
+    const int64_t end = std::min(run.first_input + run.count, first_input + count);
+    if (begin < end)  // one row per decode input
+      part.decodes.push_back({begin, end - begin, run.first_row + (begin - run.first_input)});
+  }
+  return part;
+}
+
+void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
+  const Part all = whole(step);
+  const decode::AttentionBlock* block = step.prefills.empty() ? fused_block(step.tokens) : nullptr;
+  if (block == nullptr) {
+    for (int op = 0; op < kLlamaOps; ++op) run_op(l, LlamaOp(op), all, stream);
+    return;
+  }
+  // One kernel from h to the output projection; positions are the tokens cached before.
+  const LayerWeights& w = layers[size_t(l)];
+  const int64_t t = step.tokens, d = shapes.head_dim, hkv = shapes.kv_heads;
+  const int64_t qw = shapes.q_width(), kvw = shapes.kv_width();
+  run_op(l, LlamaOp::kAttnNorm, all, stream);
+  const int64_t ps = opts.cache.page_size, pages_total = opts.cache.num_pages;
+  auto paged = [&](const TensorView& table) {
+    return TensorView(table.data(), opts.dtype, device, {pages_total, ps, hkv, d});
+  };
+  const TensorView wqkv = w.wqkv.view(), xs = rows(x, t);
+  const decode::AttentionWeights weights{wqkv.slice(0, 0, qw), wqkv.slice(0, qw, kvw),
+                                         wqkv.slice(0, qw + kvw, kvw), w.wo, TensorView{}};
+  const TensorView out = comm == nullptr ? xs : rows(partial, t);
+  const TensorView table(const_cast<int32_t*>(i32(off_table)), DType::kI32, device,
+                         {t, pages_per_seq});
+  block->run({rows(h, t), i32_view(off_seq, t), out}, weights,
+             {paged(k_table(l)), paged(v_table(l)), table}, fused.at(t).workspace, stream);
+  for (int op = int(LlamaOp::kOAllReduce); op < kLlamaOps; ++op) run_op(l, LlamaOp(op), all, stream);
+}
+
+void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const Stream& on) {
+  const LayerWeights& w = layers[size_t(l)];
+  const int64_t d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
+  const int64_t qw = shapes.q_width(), kvw = shapes.kv_width(), f = shapes.intermediate;
+  const int64_t t = part.tokens, r0 = part.first_row;
+  const float eps = float(config.rms_norm_eps);
+  const TensorView xs = rows(x, part), res = rows(residual, part), hs = rows(h, part);
+  auto linear_into = [&](LinearKind kind, const TensorView& in, const Tensor& weight,
+                         const Tensor& bias, const TensorView& out) {
+    linear(kind, t).run(in, weight, bias.data() ? bias.view() : TensorView{}, out, on);
+  };
+  // Row-parallel projections write a partial sum that the next operation all-reduces.
+  const TensorView projected = comm == nullptr ? xs : rows(partial, part);
+  auto all_reduce = [&] {
+    if (comm != nullptr)
+      comm->all_reduce(projected.flat(0, projected.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, on);
+  };
+  // q, k, v: column blocks of the part's qkv rows, [T, heads, D].
+  auto heads = [&](int64_t column, int64_t count) {
+    return TensorView(qkv.data_as<uint16_t>() + r0 * qkv_width + column, opts.dtype, device,
+                      {t, count, d}, {qkv_width, d, 1});
+  };
+  switch (op) {
+    case LlamaOp::kAttnNorm:
+      return rms_norm(xs, {res, res}, w.input_norm, eps, hs, on);
+    case LlamaOp::kQkv: {
+      linear_into(LinearKind::kQkv, hs, w.wqkv, w.bqkv, rows(qkv, part));
+      const TensorView qk = heads(0, hq + hkv);  // q's heads then k's: one rotation launch
+      rope(qk, i32_view(off_pos + r0, t), inv_freq, qk, on);
+      const TensorView slots = i32_view(off_slot + r0, t);
+      const TensorView k = heads(qw, hkv), v = heads(qw + kvw, hkv);
+      scatter_rows(TensorView(k.data(), opts.dtype, device, {t, kvw}, {qkv_width, 1}), slots,
+                   k_table(l), on);
+      scatter_rows(TensorView(v.data(), opts.dtype, device, {t, kvw}, {qkv_width, 1}), slots,
+                   v_table(l), on);
+      return;
+    }
+    case LlamaOp::kAttention:
+      return attend(l, part, on);
+    case LlamaOp::kOProj:
+      return linear_into(LinearKind::kO, rows(attn, part), w.wo, Tensor{}, projected);
+    case LlamaOp::kOAllReduce:
+    case LlamaOp::kMlpAllReduce:
+      return all_reduce();
+    case LlamaOp::kMlpNorm:
+      return rms_norm(xs, {res, res}, w.post_norm, eps, hs, on);
+    case LlamaOp::kGateUp: {
+      const TensorView gu = rows(gate_up, part);
+      linear_into(LinearKind::kGateUp, hs, w.wgu, Tensor{}, gu);
+      return silu_and_mul(gu.slice(1, 0, f), gu.slice(1, f, f), rows(act, part), on);
+    }
+    case LlamaOp::kDown:
+      return linear_into(LinearKind::kDown, rows(act, part), w.wdown, Tensor{}, projected);
+  }
+}
+
+// Attention of the part's rows: each prefill causal over its own rows, each run of decodes
+// through the split-KV kernel over the paged cache.
+void LlamaGpuModel::Impl::attend(int64_t l, const Part& part, const Stream& on) {
+  const int64_t d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
+  const int64_t qw = shapes.q_width(), kvw = shapes.kv_width();
+  const float scale = attn::default_softmax_scale(d);
+  for (const Prefill& p : part.prefills) {
+    auto seq = [&](int64_t column, int64_t count) {
+      return TensorView(qkv.data_as<uint16_t>() + p.first_row * qkv_width + column, opts.dtype,
+                        device, {1, p.num_tokens, count, d},
+                        {p.num_tokens * qkv_width, qkv_width, d, 1});
+    };
+    const TensorView o(attn.data_as<uint16_t>() + p.first_row * qw, opts.dtype, device,
+                       {1, p.num_tokens, hq, d});
+    attn::forward(seq(0, hq), seq(qw, hkv), seq(qw + kvw, hkv), o, TensorView{},
+                  attn::MaskSpec::causal_at(0, 0), scale, on);
+  }
+#ifdef TESSERA_WITH_CUDA
+  for (const DecodeRun& run : part.decodes) {
+    detail::SplitKvAttention a;
+    a.dtype = opts.dtype;
+    a.batch = int(run.count);
+    a.num_heads = int(hq);
+    a.num_kv_heads = int(hkv);
+    a.head_dim = int(d);
+    a.q = qkv.data_as<uint16_t>() + run.first_row * qkv_width;
+    a.q_stride = qkv_width;
+    a.k_cache = k_table(l).data();
+    a.v_cache = v_table(l).data();
+    a.page_table = i32(off_table + run.first_input * pages_per_seq);
+    a.pages_per_seq = pages_per_seq;
+    a.num_pages = opts.cache.num_pages;
+    a.page_size = opts.cache.page_size;
+    a.positions = i32(off_seq + run.first_input);
+    a.softmax_scale = scale;
+    a.splits = splits_for(run.count);
+    a.partial_o = partial_o.data_as<float>();
+    a.partial_lse = partial_lse.data_as<float>();
+    a.o = attn.data_as<uint16_t>() + run.first_row * qw;
+    detail::cuda_split_kv_attention(a, on);
+  }
+#else
+  (void)l;
+#endif
+}
+
+}  // namespace tessera::model
