@@ -92,6 +92,9 @@ struct LlamaGpuModel::Impl {
   // (llama_gpu_ops.cc); run_layer is the nine in order over the whole step.
   void run_op(int64_t layer, LlamaOp op, const Part& part, const Stream& on);
   void attend(int64_t layer, const Part& part, const Stream& on);
+  // A strategy's fused group: the all-reduce before layer `layer`'s `norm` (kAttnNorm: the
+  // previous layer's MLP all-reduce; kMlpNorm: this layer's attention all-reduce) and the norm.
+  void run_all_reduce_norm(int64_t layer, LlamaOp norm, const Part& part, const Stream& on);
   void run_scheduled_layers(const Step& step, const sched::Strategy& strategy);
   // Layer `layer`'s keys and values: [num_pages * page_size, kv_width] rows.
   TensorView k_table(int64_t layer) const;

@@ -169,4 +169,30 @@ void LlamaGpuModel::Impl::attend(int64_t l, const Part& part, const Stream& on) 
 #endif
 }
 
+// TokenWeave's split of an all-reduce and the RMSNorm after it, over the part's rows: the
+// partial sums reduce-scattered (each rank gets R/P rows), the residual add and norm on those
+// rows only, then h and residual all-gathered in place. x is not gathered: nothing reads it after
+// the norm (the next row-parallel projection writes it again). Without a group, or rows that do
+// not divide by P, it is the all-reduce then the norm on every row.
+void LlamaGpuModel::Impl::run_all_reduce_norm(int64_t l, LlamaOp norm, const Part& part,
+                                              const Stream& on) {
+  const int p = comm == nullptr ? 1 : comm->size();
+  if (p == 1 || part.tokens % p != 0) {
+    run_op(l, LlamaOp::kOAllReduce, part, on);  // the all-reduce of the part's rows
+    return run_op(l, norm, part, on);
+  }
+  const LayerWeights& w = layers[size_t(l)];
+  const Part share{part.first_row + comm->rank() * (part.tokens / p), part.tokens / p, {}, {}};
+  const TensorView xs = rows(x, share), res = rows(residual, share), hs = rows(h, share);
+  const TensorView partials = rows(partial, part);
+  comm->reduce_scatter(partials.flat(0, partials.numel()), xs.flat(0, xs.numel()),
+                       ReduceOp::kSum, on);
+  rms_norm(xs, {res, res}, norm == LlamaOp::kMlpNorm ? w.post_norm : w.input_norm,
+           float(config.rms_norm_eps), hs, on);
+  for (const Tensor* t : {&h, &residual}) {
+    const TensorView mine = rows(*t, share), all = rows(*t, part);
+    comm->all_gather(mine.flat(0, mine.numel()), all.flat(0, all.numel()), on);
+  }
+}
+
 }  // namespace tessera::model

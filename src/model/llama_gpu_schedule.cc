@@ -41,27 +41,38 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
   hop->wait_on(*network_stream);
   // The stream each nano-batch's last operation ran on.
   std::vector<const Stream*> last(parts.size(), &stream);
+  // Nano-batch n's operation runs on `on`: after its previous one, wherever that ran.
+  auto enter = [&](const sched::NanoBatch& nano, const Stream& on) {
+    const size_t n = size_t(std::find_if(nanos.begin(), nanos.end(),
+                                         [&](const sched::NanoBatch& m) {
+                                           return m.first_seq == nano.first_seq;
+                                         }) -
+                            nanos.begin());
+    if (last[n] != &on) {
+      hop->record(*last[n]);
+      hop->wait_on(on);
+      last[n] = &on;
+    }
+    return n;
+  };
   sched::ScheduleContext ctx(
       shapes.num_layers, nanos,
       [&](const sched::NanoBatch& nano, sched::Step op) {
-        const size_t n = size_t(std::find_if(nanos.begin(), nanos.end(),
-                                             [&](const sched::NanoBatch& m) {
-                                               return m.first_seq == nano.first_seq;
-                                             }) -
-                                nanos.begin());
         const Stream& on = stream_for(op.op);
-        if (last[n] != &on) {  // the operation before it ran elsewhere: wait for it there
-          hop->record(*last[n]);
-          hop->wait_on(on);
-          last[n] = &on;
-        }
-        run_op(op.layer, op.op, parts[n], on);
+        run_op(op.layer, op.op, parts[enter(nano, on)], on);
       },
-      [&](const sched::NanoBatch&, sched::Step first, int count) {
-        throw_error(ErrorCode::kUnsupported,
-                    str("strategy ", strategy.name(), ": a fused group of ", count,
-                        " operations from layer ", first.layer, " ", llama_op_name(first.op),
-                        " (an all-reduce and the RMSNorm after it) is not built on cuda"));
+      // The one fused group a layer has: an all-reduce and the RMSNorm that reads it, on the
+      // network stream.
+      [&](const sched::NanoBatch& nano, sched::Step first, int count) {
+        const bool after_attention = first.op == LlamaOp::kOAllReduce;
+        const int64_t norm_layer = after_attention ? first.layer : first.layer + 1;
+        TESSERA_CHECK_ARG(count == 2 && (after_attention || first.op == LlamaOp::kMlpAllReduce) &&
+                              norm_layer < shapes.num_layers,
+                          "no fused form of ", count, " steps from layer ", first.layer, " ",
+                          llama_op_name(first.op),
+                          ": expected an all-reduce and the RMSNorm after it");
+        run_all_reduce_norm(norm_layer, after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm,
+                            parts[enter(nano, *network_stream)], *network_stream);
       });
   strategy.schedule(ctx);
   TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),

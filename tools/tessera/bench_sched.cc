@@ -13,8 +13,7 @@
 //   tokens_per_s, host_us_per_layer (the step's launches on the host over the layers),
 //   max_rel_diff and greedy_mismatches against sequential.
 // cuda: LlamaGpuModel (bf16, one process per tensor-parallel rank); cpu: LlamaModel (float32,
-// rank threads; the order changes, not the time). Strategies the backend does not run (tokenweave
-// on cuda) are reported as skipped.
+// rank threads; the order changes, not the time).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -128,8 +127,6 @@ class CudaSchedModel final : public SchedModel {
 
 struct Measured {
   std::string strategy;
-  bool skipped = false;
-  std::string why;
   double median_us = 0, host_us = 0, max_rel_diff = 0;
   int64_t mismatches = 0;
 };
@@ -197,12 +194,6 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
       const auto strategy = sched::make_strategy(name);
       Measured r;
       r.strategy = name;
-      if (on_cuda && name == "tokenweave") {
-        r.skipped = true;
-        r.why = "its fused all-reduce + RMSNorm is not built on cuda";
-        out.push_back(r);
-        continue;
-      }
       std::vector<SequenceTokens> in = make_inputs();
       const std::vector<float> logits = m->logits(in, strategy.get());
       reset(in);
@@ -315,10 +306,6 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
       double sequential_us = 0;
       for (size_t s = 0; s < a.strategies.size(); ++s, ++i) {
         const Measured& r = measured[i];
-        if (r.skipped) {
-          std::printf("  %-28s %-14s skipped: %s\n", name.c_str(), r.strategy.c_str(), r.why.c_str());
-          continue;
-        }
         if (r.strategy == "sequential") sequential_us = r.median_us;
         const double per_layer = r.host_us / double(a.config.num_hidden_layers);
         const double tokens_per_s = double(t) / (r.median_us * 1e-6);

@@ -94,8 +94,9 @@ class LlamaGpuModel {
   // and network operations on two more), cross-stream dependencies as events and no host
   // synchronization inside the step; decode-only steps replay a CUDA graph per (batch size,
   // strategy). The logits match the unscheduled step's within rounding (GEMM and split-KV
-  // plans depend on the rows they get), not bitwise. A strategy's fused groups (TokenWeave's
-  // all-reduce + RMSNorm) are refused (kUnsupported) on cuda.
+  // plans depend on the rows they get), not bitwise. A strategy's fused group (TokenWeave's
+  // all-reduce + RMSNorm) runs as NCCL reduce-scatter, the norm on this rank's rows and
+  // all-gathers of h and the residual (TokenWeave fuses those into one kernel; not built).
   std::vector<float> forward(std::span<const SequenceTokens> inputs,
                              LogitRows rows = LogitRows::kLast,
                              const sched::Strategy* strategy = nullptr);
