@@ -87,9 +87,12 @@ class Llama {
     const bool all = rows == "all";
     std::unique_ptr<sched::Strategy> order;
     if (!strategy.is_none()) {
-      TESSERA_CHECK(cpu_ != nullptr, ErrorCode::kUnsupported,
-                    "strategy: the cuda model runs its layers in their own order (the GPU "
-                    "scheduler is not built yet): expected None with backend = 'cuda'");
+      // The cuda model keeps a decode graph per (batch size, strategy name): a Python object
+      // could order two calls differently under one name.
+      TESSERA_CHECK(cpu_ != nullptr || nb::isinstance<nb::str>(strategy), ErrorCode::kUnsupported,
+                    "strategy: a ", Py_TYPE(strategy.ptr())->tp_name,
+                    " object on backend = 'cuda': expected a built-in strategy's name "
+                    "(tessera.sched.strategies()); Python strategies run on the cpu backend");
       order = strategy_argument(strategy);
     }
     std::vector<float> logits;
@@ -97,7 +100,8 @@ class Llama {
       nb::gil_scoped_release release;  // a Python strategy takes it back while it runs
       logits = cpu_ ? last_rows_if(order ? cpu_->forward(seqs, *order) : cpu_->forward(seqs),
                                    seqs, all)
-                    : gpu_->forward(seqs, all ? model::LogitRows::kAll : model::LogitRows::kLast);
+                    : gpu_->forward(seqs, all ? model::LogitRows::kAll : model::LogitRows::kLast,
+                                    order.get());
     }
     const int64_t v = config_.vocab_size, r = int64_t(logits.size()) / v;
     NumpyArray out = new_numpy_array(DType::kF32, {r, v});
@@ -163,9 +167,11 @@ void bind_model(nb::module_& m) {
            "inputs: (seq_id, new token ids) pairs, prefills and decodes mixed. Appends the\n"
            "tokens to their sequences and returns float32 logits [R, vocab_size]: every new\n"
            "token's row in input order (rows='all') or each input's last row (rows='last').\n"
-           "strategy (cpu): the order of the layers' operations over nano-batches, a built-in\n"
-           "one's name (tessera.sched.strategies()) or a Python object with split(lengths)\n"
-           "and schedule(ctx) (tessera.sched); every order gives bitwise the same logits.")
+           "strategy: the order of the layers' operations over nano-batches, a built-in\n"
+           "one's name (tessera.sched.strategies()) or, on cpu, a Python object with\n"
+           "split(lengths) and schedule(ctx) (tessera.sched). cpu: every order gives bitwise\n"
+           "the same logits; cuda: the nano-batches run on compute, memory and network\n"
+           "streams, within bf16 rounding of the unscheduled forward.")
       .def("generate", &Llama::generate, nb::arg("prompt"), nb::arg("steps"),
            "Greedy generation: prefills prompt in a new sequence, then steps argmax tokens;\n"
            "returns them (the sequence is released).");

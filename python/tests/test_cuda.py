@@ -204,6 +204,42 @@ def test_llama_on_cuda_matches_the_numpy_llama(tmp_path):
         want = np.stack([ref.forward(a, [tokens[0]])[-1], ref.forward(b, [tokens[1]])[-1]])
 
 
+def test_llama_strategies_on_cuda_match_the_unscheduled_forward(tmp_path):
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 320,
+              "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": 512}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+    def run(strategy):
+        m = tessera.model.Llama(str(tmp_path), seed=5, backend="cuda")
+        a, b, c = m.add_sequence(), m.add_sequence(), m.add_sequence()
+        inputs = [(a, list(range(3, 43))), (b, list(range(7, 57))), (c, [1, 2, 3])]
+        logits = [m.forward(inputs, rows="last", strategy=strategy)]
+        for step in range(4):  # decode steps: eager, captured, then replayed
+            logits.append(m.forward([(s, [step + 1]) for s in (a, b, c)], rows="last",
+                                    strategy=strategy))
+        return np.concatenate(logits)
+
+    plain = run(None)
+    assert np.array_equal(run("sequential"), plain)
+    for name in ("nanoflow", "dual_batch", "tokenweave"):
+        got = run(name)
+        assert np.abs(got - plain).max() <= 0.01 * np.abs(plain).max(), name
+
+    class Mine:
+        def split(self, lengths):
+            return [len(lengths)]
+
+        def schedule(self, ctx):
+            while ctx.ready(0) is not None:
+                ctx.run_next(0)
+
+    m = tessera.model.Llama(str(tmp_path), backend="cuda")
+    with pytest.raises(tessera.UnsupportedError, match="expected a built-in strategy's name"):
+        m.forward([(m.add_sequence(), [1, 2])], strategy=Mine())
+
+
 def test_diffusers_flux_with_tessera_attention_on_cuda(ctx):
     diffusers = pytest.importorskip("diffusers")
     import tessera.diffusers
