@@ -31,6 +31,7 @@
 #include "tessera/model/decoder_presets.h"
 #include "tessera/model/llama_gpu_model.h"
 #include "tessera/model/llama_model.h"
+#include "tessera/sched/rule.h"
 #include "tessera/sched/schedule.h"
 
 namespace tessera::cli {
@@ -127,6 +128,7 @@ class CudaSchedModel final : public SchedModel {
 
 struct Measured {
   std::string strategy;
+  std::string picked;  // auto: the strategy the rule ran
   double median_us = 0, host_us = 0, max_rel_diff = 0;
   int64_t mismatches = 0;
 };
@@ -191,7 +193,11 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
     std::vector<float> reference;
     std::vector<int32_t> reference_tokens;
     for (const std::string& name : a.strategies) {
-      const auto strategy = sched::make_strategy(name);
+      const auto strategy =
+          name == "auto" ? sched::make_rule_strategy({gpu_name(ctx), ctx.size, a.config.hidden_size},
+                                                     sched::read_sched_tune_table(
+                                                         sched::sched_tune_table_path()))
+                         : sched::make_strategy(name);
       Measured r;
       r.strategy = name;
       std::vector<SequenceTokens> in = make_inputs();
@@ -229,6 +235,11 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
         us.push_back(elapsed);
         host.push_back(m->host_us());
       }
+      if (name == "auto") {
+        r.picked = sched::pick_strategy(
+            sched::read_sched_tune_table(sched::sched_tune_table_path()),
+            {gpu_name(ctx), ctx.size, a.config.hidden_size}, t);
+      }
       r.median_us = max_across_ranks(ctx, median(us));
       r.host_us = max_across_ranks(ctx, median(host));
       out.push_back(r);
@@ -249,11 +260,16 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
        {"decode", "", "decode sequences per step (default 64 on cuda, 4 on cpu)"},
        {"context", "", "positions each decode sequence has cached (default 1024 on cuda, 24 on cpu)"},
        {"prompt-len", "", "length of the step's new prompts (default 512 on cuda, 20 on cpu)"},
-       {"strategies", "all", "comma list of strategies, or all"},
+       {"strategies", "all",
+        "comma list of strategies (sequential, nanoflow, dual_batch, tokenweave, auto: the rule "
+        "with the measured table), or all (every strategy but auto)"},
        {"warmup", "2", "untimed steps per case"},
        {"iters", "10", "timed steps per case (median reported)"},
        {"seed", "1", "seed of the random weights and tokens"},
-       {"json", "", "write the records to this JSON file"}});
+       {"json", "", "write the records to this JSON file"},
+       {"tune-table", "",
+        "also write each case's strategy medians into this table, which the rule (auto) reads "
+        "from TESSERA_SCHED_TUNE_TABLE"}});
   opt.parse(args);
   if (opt.help_requested()) {
     std::fputs(opt.usage().c_str(), stdout);
@@ -281,7 +297,9 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
   a.iters = int(opt.integer("iters", 1, 100000));
   a.seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   a.strategies = opt.text("strategies") == "all" ? sched::strategy_names() : opt.list("strategies");
-  for (const std::string& s : a.strategies) (void)sched::make_strategy(s);  // names checked here
+  for (const std::string& s : a.strategies) {
+    if (s != "auto") (void)sched::make_strategy(s);  // names checked here
+  }
   // Sequential first: the reference the others are compared with.
   std::stable_partition(a.strategies.begin(), a.strategies.end(),
                         [](const std::string& s) { return s == "sequential"; });
@@ -299,6 +317,7 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
                 "strategy", "median_us", "tokens/s", "vs_seq", "host_us/l", "max_rel_diff",
                 "mismatch");
     std::vector<BenchRecord> records;
+    std::vector<sched::SchedTuneEntry> tuned;
     size_t i = 0;
     for (int64_t t : a.tokens) {
       const std::string name =
@@ -327,8 +346,30 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
         rec.extra["max_rel_diff"] = r.max_rel_diff;
         rec.extra["greedy_mismatches"] = double(r.mismatches);
         rec.extra["vs_sequential"] = sequential_us / r.median_us;
+        if (!r.picked.empty()) rec.extra_text["picked"] = r.picked;
         records.push_back(rec);
       }
+      // The fastest strategy of the case, and how far the rule's pick ran behind it.
+      const auto first = measured.begin() + std::ptrdiff_t(i - a.strategies.size());
+      const auto last = measured.begin() + std::ptrdiff_t(i);
+      const auto best = std::min_element(first, last, [](const Measured& x, const Measured& y) {
+        return x.strategy != "auto" && (y.strategy == "auto" || x.median_us < y.median_us);
+      });
+      const auto rule = std::find_if(first, last, [](const Measured& x) { return x.strategy == "auto"; });
+      std::printf("  # %s: fastest %s", name.c_str(), best->strategy.c_str());
+      if (rule != last)
+        std::printf("; auto ran %s, %.1f%% behind", rule->picked.c_str(),
+                    100.0 * (rule->median_us / best->median_us - 1.0));
+      std::printf("\n");
+      for (auto m = first; m != last; ++m) {
+        if (m->strategy != "auto")
+          tuned.push_back({gpu_name(ctx), ctx.size, a.config.hidden_size, t, m->strategy, m->median_us});
+      }
+    }
+    if (!opt.text("tune-table").empty()) {
+      sched::write_sched_tune_table(opt.text("tune-table"), tuned);
+      std::printf("# %zu measured rows written to the tuning table %s\n", tuned.size(),
+                  opt.text("tune-table").c_str());
     }
     if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
     const auto bad = std::count_if(records.begin(), records.end(),

@@ -1,0 +1,101 @@
+// Fuzzes the scheduler rule's table file (src/sched/rule.cc): the input is the file. Reading
+// must return rows inside their declared ranges (a known strategy among them) or throw
+// tessera::Error naming the file and line; rows read must write and read back the same; the
+// rule's pick at a row's own token count must be a strategy measured there, the fastest. A crash,
+// UB, another exception or a broken round trip is a finding.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "fuzz_support.h"
+#include "tessera/core/error.h"
+#include "tessera/sched/rule.h"
+
+using namespace tessera;
+
+namespace {
+
+std::string temp_file(const char* what) {
+  return "/tmp/tessera_fuzz_sched_tune_" + std::to_string(::getpid()) + "_" + what + ".tsv";
+}
+
+bool same_case(const sched::SchedTuneEntry& a, const sched::SchedTuneEntry& b) {
+  return a.gpu == b.gpu && a.ranks == b.ranks && a.hidden == b.hidden && a.tokens == b.tokens &&
+         a.strategy == b.strategy;
+}
+
+bool close(double a, double b) {  // the writer prints times to 6 significant digits
+  return std::fabs(a - b) <= 1e-5 * std::max(std::fabs(a), std::fabs(b));
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string input = temp_file("in"), copy = temp_file("copy");
+  {
+    std::ofstream f(input, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(data), std::streamsize(size));
+  }
+  std::vector<sched::SchedTuneEntry> rows;
+  try {
+    rows = sched::read_sched_tune_table(input);
+  } catch (const Error&) {
+    return 0;  // a malformed line, named
+  } catch (const std::exception& e) {
+    fuzz::fail(std::string("read_sched_tune_table threw a non-tessera exception: ") + e.what());
+  }
+  const std::vector<std::string> names = sched::strategy_names();
+  for (const sched::SchedTuneEntry& e : rows)
+    if (e.ranks < 1 || e.hidden < 1 || e.tokens < 1 ||
+        !(std::isfinite(e.median_us) && e.median_us > 0) ||
+        std::find(names.begin(), names.end(), e.strategy) == names.end())
+      fuzz::fail("read_sched_tune_table returned a row outside its ranges: tokens " +
+                 std::to_string(e.tokens) + ", strategy '" + e.strategy + "'");
+  // Later rows of the same (case, strategy) replace earlier ones when written.
+  std::vector<sched::SchedTuneEntry> expected;
+  for (const sched::SchedTuneEntry& e : rows) {
+    std::erase_if(expected, [&](const sched::SchedTuneEntry& o) { return same_case(o, e); });
+    expected.push_back(e);
+  }
+  std::remove(copy.c_str());
+  try {
+    sched::write_sched_tune_table(copy, rows);
+  } catch (const Error&) {
+    return 0;  // a name that would not read back is refused by name
+  }
+  const std::vector<sched::SchedTuneEntry> again = sched::read_sched_tune_table(copy);
+  if (again.size() != expected.size())
+    fuzz::fail("the written table reads back a different row count");
+  for (size_t i = 0; i < again.size(); ++i)
+    if (!same_case(again[i], expected[i]) || !close(again[i].median_us, expected[i].median_us))
+      fuzz::fail("row " + std::to_string(i) + " does not read back as written");
+  if (!expected.empty()) {
+    const sched::SchedTuneEntry& probe = expected[expected.size() / 2];
+    const sched::RuleKey key{probe.gpu, probe.ranks, probe.hidden};
+    const std::string picked = sched::pick_strategy(expected, key, probe.tokens);
+    double fastest = 0;
+    bool measured = false;
+    for (const sched::SchedTuneEntry& e : expected) {
+      if (e.gpu != key.gpu || e.ranks != key.ranks || e.hidden != key.hidden ||
+          e.tokens != probe.tokens)
+        continue;
+      if (!measured || e.median_us < fastest) fastest = e.median_us;
+      measured = true;
+    }
+    const auto row = std::find_if(expected.begin(), expected.end(), [&](const auto& e) {
+      return e.gpu == key.gpu && e.ranks == key.ranks && e.hidden == key.hidden &&
+             e.tokens == probe.tokens && e.strategy == picked;
+    });
+    if (row == expected.end() || row->median_us != fastest)
+      fuzz::fail("pick_strategy at a measured count did not pick its fastest strategy");
+  }
+  std::remove(input.c_str());
+  std::remove(copy.c_str());
+  return 0;
+}

@@ -1,0 +1,54 @@
+// The strategy rule (DynaFlow's per-step choice, calibrated by measurement): no strategy wins
+// everywhere (docs/PERF.md), so `auto` runs, per step, the strategy measured fastest for steps
+// of about that many rows on this GPU, model width and tensor-parallel degree, and sequential
+// where nothing was measured within a factor of 2 of the step's rows.
+// The measurements come from `tessera bench sched --tune-table FILE`, a tab-separated text file,
+// one (case, strategy) per line:
+//   gpu <TAB> ranks <TAB> hidden <TAB> tokens <TAB> strategy <TAB> median_us
+// The file is TESSERA_SCHED_TUNE_TABLE, else $XDG_CACHE_HOME/tessera/sched_tune.tsv, else
+// ~/.cache/tessera/sched_tune.tsv.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tessera/sched/schedule.h"
+
+namespace tessera::sched {
+
+struct SchedTuneEntry {
+  std::string gpu;
+  int ranks = 0;
+  int64_t hidden = 0;
+  int64_t tokens = 0;
+  std::string strategy;
+  double median_us = 0;
+};
+
+// What the rule's measurements must match: the GPU's name, the tensor-parallel degree and the
+// model's hidden size (a stand-in for its GEMM shapes).
+struct RuleKey {
+  std::string gpu;
+  int ranks = 1;
+  int64_t hidden = 0;
+};
+
+std::string sched_tune_table_path();
+// Rows of the file at `path`; a missing file is an empty table. Malformed lines (an unknown
+// strategy among them) throw kInvalidArgument naming the file, the line and what was expected.
+std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path);
+// Writes `entries`, replacing rows of the same gpu, ranks, hidden, tokens and strategy.
+void write_sched_tune_table(const std::string& path, const std::vector<SchedTuneEntry>& entries);
+
+// The strategy the rule picks for a step of `tokens` rows: among `key`'s rows at the measured
+// token count nearest in log scale (within a factor of 2), the fastest; "sequential" otherwise.
+std::string pick_strategy(const std::vector<SchedTuneEntry>& table, const RuleKey& key,
+                          int64_t tokens);
+
+// The "auto" strategy: pick_strategy per step, then that strategy's split and schedule (the
+// same pick for both: it depends only on the step's rows).
+std::unique_ptr<Strategy> make_rule_strategy(RuleKey key, std::vector<SchedTuneEntry> table);
+
+}  // namespace tessera::sched

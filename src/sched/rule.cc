@@ -1,0 +1,166 @@
+// The strategy rule and its table (tessera/sched/rule.h).
+#include "tessera/sched/rule.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tessera/core/error.h"
+#include "tessera/core/params.h"
+
+namespace tessera::sched {
+namespace {
+
+const Param<std::string> kTuneTable("TESSERA_SCHED_TUNE_TABLE", "",
+                                    "file of measured scheduler strategy times (tessera bench "
+                                    "sched --tune-table); empty: $XDG_CACHE_HOME/tessera/"
+                                    "sched_tune.tsv");
+
+bool same_case(const SchedTuneEntry& a, const SchedTuneEntry& b) {
+  return a.gpu == b.gpu && a.ranks == b.ranks && a.hidden == b.hidden && a.tokens == b.tokens &&
+         a.strategy == b.strategy;
+}
+
+bool known_strategy(const std::string& name) {
+  const std::vector<std::string> names = strategy_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// A whole-field integer from 1 to `limit`.
+bool parse_count(const std::string& text, int64_t limit, int64_t& value) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < 1 || v > limit) return false;
+  value = v;
+  return true;
+}
+
+class RuleStrategy final : public Strategy {
+ public:
+  RuleStrategy(RuleKey key, std::vector<SchedTuneEntry> table)
+      : key_(std::move(key)), table_(std::move(table)) {
+    for (const std::string& name : strategy_names()) strategies_[name] = make_strategy(name);
+  }
+  std::string name() const override { return "auto"; }
+  std::vector<NanoBatch> split(const model::PackedBatch& batch) const override {
+    return chosen(batch.total_tokens()).split(batch);
+  }
+  void schedule(ScheduleContext& ctx) const override {
+    int64_t rows = 0;
+    for (int n = 0; n < ctx.num_nano_batches(); ++n) rows += ctx.nano_batch(n).rows;
+    chosen(rows).schedule(ctx);
+  }
+
+ private:
+  const Strategy& chosen(int64_t tokens) const {
+    return *strategies_.at(pick_strategy(table_, key_, tokens));
+  }
+
+  RuleKey key_;
+  std::vector<SchedTuneEntry> table_;
+  std::map<std::string, std::unique_ptr<Strategy>> strategies_;
+};
+
+}  // namespace
+
+std::string sched_tune_table_path() {
+  return user_cache_file(kTuneTable, "sched_tune.tsv");
+}
+
+std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
+  std::vector<SchedTuneEntry> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string f[6];
+    bool ok = true;
+    for (std::string& field : f) ok = ok && bool(std::getline(fields, field, '\t'));
+    SchedTuneEntry e;
+    int64_t ranks = 0;
+    char* end = nullptr;
+    e.median_us = ok ? std::strtod(f[5].c_str(), &end) : 0;
+    ok = ok && !f[0].empty() && parse_count(f[1], 1 << 20, ranks) &&
+         parse_count(f[2], int64_t(1) << 40, e.hidden) &&
+         parse_count(f[3], int64_t(1) << 40, e.tokens) && known_strategy(f[4]) &&
+         !f[5].empty() && *end == '\0' && std::isfinite(e.median_us) && e.median_us > 0;
+    if (!ok) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  str(path, ":", number, ": '", line,
+                      "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
+                      "sequential, nanoflow, dual_batch or tokenweave) and median_us (> 0) "
+                      "separated by tabs"));
+    }
+    e.gpu = f[0];
+    e.ranks = int(ranks);
+    e.strategy = f[4];
+    out.push_back(e);
+  }
+  return out;
+}
+
+void write_sched_tune_table(const std::string& path, const std::vector<SchedTuneEntry>& entries) {
+  for (const SchedTuneEntry& e : entries) {
+    // A tab or line break would split the row; a leading '#' would make it a comment.
+    TESSERA_CHECK_ARG(!e.gpu.empty() && e.gpu.find_first_of("\t\n\r") == std::string::npos &&
+                          !e.gpu.starts_with('#'),
+                      "sched tune table entry gpu = '", e.gpu,
+                      "': expected a name without tabs or line breaks, not starting with '#'");
+    TESSERA_CHECK_ARG(e.ranks >= 1 && e.hidden >= 1 && e.tokens >= 1 && e.median_us > 0 &&
+                          known_strategy(e.strategy),
+                      "sched tune table entry for ", e.gpu, " tokens ", e.tokens, " ", e.strategy,
+                      ": expected sizes >= 1, a known strategy and a time > 0");
+  }
+  std::vector<SchedTuneEntry> all = read_sched_tune_table(path);
+  for (const SchedTuneEntry& e : entries) {
+    std::erase_if(all, [&](const SchedTuneEntry& old) { return same_case(old, e); });
+    all.push_back(e);
+  }
+  const std::filesystem::path file(path);
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  std::ofstream out(path, std::ios::trunc);
+  TESSERA_CHECK(bool(out), ErrorCode::kSystem, "sched tune table ", path, ": cannot write");
+  out << "# gpu\tranks\thidden\ttokens\tstrategy\tmedian_us (tessera bench sched --tune-table)\n";
+  for (const SchedTuneEntry& e : all) {
+    out << e.gpu << '\t' << e.ranks << '\t' << e.hidden << '\t' << e.tokens << '\t' << e.strategy
+        << '\t' << e.median_us << '\n';
+  }
+}
+
+std::string pick_strategy(const std::vector<SchedTuneEntry>& table, const RuleKey& key,
+                          int64_t tokens) {
+  // The measured token count nearest in log scale, within a factor of 2.
+  int64_t nearest = 0;
+  double best_distance = std::log(2.0) + 1e-9;
+  for (const SchedTuneEntry& e : table) {
+    if (e.gpu != key.gpu || e.ranks != key.ranks || e.hidden != key.hidden) continue;
+    const double distance = std::fabs(std::log(double(e.tokens) / double(std::max<int64_t>(tokens, 1))));
+    if (distance < best_distance) {
+      best_distance = distance;
+      nearest = e.tokens;
+    }
+  }
+  std::string best = "sequential";
+  double best_us = 0;
+  for (const SchedTuneEntry& e : table) {
+    if (e.gpu != key.gpu || e.ranks != key.ranks || e.hidden != key.hidden || e.tokens != nearest)
+      continue;
+    if (best_us == 0 || e.median_us < best_us) {
+      best_us = e.median_us;
+      best = e.strategy;
+    }
+  }
+  return best;
+}
+
+std::unique_ptr<Strategy> make_rule_strategy(RuleKey key, std::vector<SchedTuneEntry> table) {
+  return std::make_unique<RuleStrategy>(std::move(key), std::move(table));
+}
+
+}  // namespace tessera::sched

@@ -1,0 +1,133 @@
+// The strategy rule (sched/rule.h): its table read back as written and merged, malformed rows
+// refused naming the line, the pick (the fastest strategy at the nearest measured token count
+// within a factor of 2, sequential elsewhere or for another GPU, degree or width), and the
+// `auto` strategy running its pick: bitwise the plain forward on the cpu backend at TP 1 and 2.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../unit/llama_test_util.h"
+#include "cpu_dist_util.h"
+#include "tessera/core/error.h"
+#include "tessera/model/llama_model.h"
+#include "tessera/sched/rule.h"
+
+namespace tessera::testing {
+namespace {
+
+using sched::SchedTuneEntry;
+
+std::string temp_table(const char* name) {
+  const std::string path = ::testing::TempDir() + name;
+  std::remove(path.c_str());
+  return path;
+}
+
+const sched::RuleKey kKey{"H100", 4, 8192};
+
+std::vector<SchedTuneEntry> measured() {
+  return {{"H100", 4, 8192, 2048, "sequential", 100.0},
+          {"H100", 4, 8192, 2048, "nanoflow", 90.0},
+          {"H100", 4, 8192, 2048, "dual_batch", 95.0},
+          {"H100", 4, 8192, 8192, "sequential", 300.0},
+          {"H100", 4, 8192, 8192, "tokenweave", 310.0},
+          {"H100", 2, 8192, 2048, "dual_batch", 10.0},  // another degree
+          {"H200", 4, 8192, 2048, "tokenweave", 10.0},  // another GPU
+          {"H100", 4, 4096, 2048, "tokenweave", 10.0}};  // another width
+}
+
+TEST(SchedRule, TheTableReadsBackWhatWasWrittenAndMergesRows) {
+  const std::string path = temp_table("sched_rule_table.tsv");
+  EXPECT_TRUE(sched::read_sched_tune_table(path).empty()) << "a missing file is an empty table";
+  sched::write_sched_tune_table(path, measured());
+  std::vector<SchedTuneEntry> back = sched::read_sched_tune_table(path);
+  ASSERT_EQ(back.size(), measured().size());
+  EXPECT_EQ(back[1].strategy, "nanoflow");
+  EXPECT_EQ(back[1].tokens, 2048);
+  EXPECT_DOUBLE_EQ(back[1].median_us, 90.0);
+  // A new measurement of one (case, strategy) replaces its row.
+  sched::write_sched_tune_table(path, {{"H100", 4, 8192, 2048, "nanoflow", 120.0}});
+  back = sched::read_sched_tune_table(path);
+  EXPECT_EQ(back.size(), measured().size());
+  EXPECT_EQ(sched::pick_strategy(back, kKey, 2048), "dual_batch");
+}
+
+TEST(SchedRule, MalformedRowsAreRefusedNamingTheLine) {
+  const std::string path = temp_table("sched_rule_bad.tsv");
+  for (const char* row : {"H100\t4\t8192\t2048\tfastest\t90\n", "H100\t4\t8192\t0\tnanoflow\t90\n",
+                          "H100\t4\t8192\t2048\tnanoflow\t-1\n", "H100\t4\t8192\n"}) {
+    std::ofstream(path, std::ios::trunc) << "# header\n" << row;
+    try {
+      sched::read_sched_tune_table(path);
+      ADD_FAILURE() << "read: " << row;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(path + ":2"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(sched::write_sched_tune_table(path, {{"H100", 4, 8192, 2048, "fastest", 1.0}}),
+               Error);
+  EXPECT_THROW(sched::write_sched_tune_table(path, {{"a\tb", 4, 8192, 2048, "nanoflow", 1.0}}),
+               Error);
+}
+
+TEST(SchedRule, PicksTheFastestAtTheNearestMeasuredCountWithinAFactorOfTwo) {
+  const std::vector<SchedTuneEntry> table = measured();
+  EXPECT_EQ(sched::pick_strategy(table, kKey, 2048), "nanoflow");
+  EXPECT_EQ(sched::pick_strategy(table, kKey, 3000), "nanoflow");    // nearer 2048 than 8192
+  EXPECT_EQ(sched::pick_strategy(table, kKey, 6000), "sequential");  // 8192's fastest
+  EXPECT_EQ(sched::pick_strategy(table, kKey, 1024), "nanoflow");    // a factor of 2
+  EXPECT_EQ(sched::pick_strategy(table, kKey, 1000), "sequential");  // nothing measured near
+  EXPECT_EQ(sched::pick_strategy(table, kKey, 64), "sequential");
+  EXPECT_EQ(sched::pick_strategy(table, {"H100", 4, 2048}, 2048), "sequential");
+  EXPECT_EQ(sched::pick_strategy({}, kKey, 2048), "sequential");
+}
+
+TEST(SchedRule, AutoRunsItsPickBitwiseThePlainForward) {
+  const model::DecoderConfig config = tiny_llama_config();
+  for (int ranks : {1, 2}) {
+    run_cpu_ranks(ranks, 1, test_options(/*create_heap=*/false), [&](RankContext& ctx) {
+      auto make = [&] {
+        return model::LlamaModel(config,
+                                 model::random_llama_weights(config, 11, ctx.rank, ctx.size),
+                                 {4, 64}, ctx.size > 1 ? ctx.world.get() : nullptr);
+      };
+      // Prefills of 87 rows (tokenweave measured fastest there), then a decode step of 4 rows
+      // (nothing measured: sequential).
+      auto run = [&](model::LlamaModel& m, const sched::Strategy* strategy) {
+        std::vector<model::SequenceTokens> in;
+        int salt = 0;
+        for (int64_t n : {5, 9, 3, 70}) in.push_back({m.add_sequence(), test_tokens(n, ++salt)});
+        std::vector<std::vector<float>> out;
+        out.push_back(strategy ? m.forward(in, *strategy) : m.forward(in));
+        for (auto& s : in) s.tokens = {int32_t((s.seq_id * 7 + 1) % 97)};
+        out.push_back(strategy ? m.forward(in, *strategy) : m.forward(in));
+        return out;
+      };
+      const sched::RuleKey key{"cpu", ctx.size, config.hidden_size};
+      const auto rule = sched::make_rule_strategy(
+          key, {{"cpu", ctx.size, config.hidden_size, 90, "tokenweave", 1.0},
+                {"cpu", ctx.size, config.hidden_size, 90, "sequential", 2.0}});
+      EXPECT_EQ(rule->name(), "auto");
+      // Its split is the pick's: tokenweave's two nano-batches at 87 rows, sequential's one at 4.
+      auto batch_of = [](const std::vector<int64_t>& lengths) {
+        model::PackedBatch b;
+        for (size_t i = 0; i < lengths.size(); ++i) {
+          b.sequences.push_back({int64_t(i), 0, lengths[i], b.total_tokens()});
+          for (int64_t p = 0; p < lengths[i]; ++p) b.positions.push_back(int32_t(p));
+        }
+        return b;
+      };
+      EXPECT_EQ(rule->split(batch_of({5, 9, 3, 70})).size(), 2u);
+      EXPECT_EQ(rule->split(batch_of({1, 1, 1, 1})).size(), 1u);
+      model::LlamaModel plain = make(), scheduled = make();
+      EXPECT_EQ(run(scheduled, rule.get()), run(plain, nullptr)) << "rank " << ctx.rank;
+    });
+  }
+}
+
+}  // namespace
+}  // namespace tessera::testing
