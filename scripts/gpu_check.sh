@@ -2,9 +2,10 @@
 # A whole GPU check in one call (run through `./run gpu-check OUTDIR` on the GPU machine):
 # configure and build with every core, run the gpu tests, run the benchmarks with their
 # anchors side by side, write logs and JSON to OUTDIR, and print a short table last.
-#   STAGES="build test comm launchers sp attn decode gemm tp llm python sanitize spsweep" selects stages
-#   (default: all but tp, the tensor-parallel sweep on every GPU beside torch, then `tune tp`
-#   and the planner's pick against the unfused pair; llm, the Llama decoder end to end (on one
+#   STAGES="build test comm launchers sp attn decode gemm tp llm sched python sanitize spsweep"
+#   selects stages (default: all but tp, the tensor-parallel sweep on every GPU beside torch,
+#   writing the planner's tuning table, then its pick against the unfused pair; sched, the
+#   scheduler's strategies and its rule (bench sched); llm, the Llama decoder end to end (on one
 #   GPU Llama-3-8B beside transformers, on several a Llama-3-70B-shaped stack at TP 1 and TP N);
 #   spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
 #   parts; python, the Python package built against build-gpu with its pytest and per-call
@@ -82,12 +83,12 @@ fi
 if has tp; then
   # Tensor-parallel layers on every GPU: fused vs cuBLASLt + NCCL vs torch (matmul + NCCL,
   # symmetric-memory fused ops), M from 16 to 16384 (TP_TOKENS), both models.
-  tokens=${TP_TOKENS:-16,128,1024,4096,16384}
-  $bin bench tp --model all --m "$tokens" --json "$out/tp_1x${ngpu}.json" >"$out/tp_sweep.log" 2>&1 || status=1
+  tokens=${TP_TOKENS:-16,128,1024,4096,16384,32768}
+  $bin bench tp --model all --m "$tokens" --tune-table "$out/tp_tune.tsv" --json "$out/tp_1x${ngpu}.json" \
+    >"$out/tp_sweep.log" 2>&1 || status=1
   torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_tp.py --model all --tokens "$tokens" \
     --json "$out/tp_1x${ngpu}_torch.json" >"$out/torch_tp.log" 2>&1 || status=1
-  # The planner with this machine's tuning table against the unfused pair.
-  $bin tune tp --model all --m "$tokens" --tune-table "$out/tp_tune.tsv" >"$out/tune_tp.log" 2>&1 || status=1
+  # The planner with the tuning table the sweep wrote against the unfused pair.
   TESSERA_TP_TUNE_TABLE="$out/tp_tune.tsv" $bin bench tp --model all --m "$tokens" --impls auto,unfused \
     --json "$out/tp_auto_1x${ngpu}.json" >"$out/tp_auto.log" 2>&1 || status=1
 fi
@@ -108,6 +109,17 @@ if has llm; then
     fi
   fi
 fi
+if has sched; then
+  # The scheduler's strategies side by side (writing the rule's table), then the rule beside
+  # them: on one GPU Llama-3-8B, on several a Llama-3-70B-shaped stack at TP N.
+  if [ "$ngpu" -ge 2 ]; then model=(--config llama3-70b --layers 8 --tp "$ngpu" --tokens 64,2048,8192)
+  else model=(--config llama3-8b --tokens 64,2048,4096,8192); fi
+  $bin bench sched "${model[@]}" --tune-table "$out/sched_tune.tsv" --json "$out/sched.json" \
+    >"$out/sched.log" 2>&1 || status=1
+  TESSERA_SCHED_TUNE_TABLE="$out/sched_tune.tsv" $bin bench sched "${model[@]}" \
+    --strategies sequential,nanoflow,dual_batch,tokenweave,auto --json "$out/sched_auto.json" \
+    >"$out/sched_auto.log" 2>&1 || status=1
+fi
 if has python; then
   scripts/gpu_python.sh "$out" || status=1
 fi
@@ -124,6 +136,7 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/tp_sweep.log" ] && { echo "=== tp sweep ==="; grep -v "^\[" "$out/tp_sweep.log" | tail -90; }
 [ -f "$out/torch_tp.log" ] && { echo "=== torch tp ==="; tail -70 "$out/torch_tp.log"; }
 [ -f "$out/tp_auto.log" ] && { echo "=== tp auto ==="; grep -v "^\[" "$out/tp_auto.log" | tail -50; }
+[ -f "$out/sched_auto.log" ] && { echo "=== sched ==="; grep -v "^\[" "$out/sched_auto.log" | tail -24; }
 [ -f "$out/llm.log" ] && { echo "=== llm ==="; grep -E "^# tessera run llm|prefill|per output token|roofline" "$out/llm.log"; }
 [ -f "$out/llm_transformers.log" ] && { echo "=== transformers ==="; tail -8 "$out/llm_transformers.log"; }
 [ -f "$out/sanitize.txt" ] && { echo "=== sanitize ==="; cat "$out/sanitize.txt"; }
