@@ -11,7 +11,6 @@
 #include "model/greedy.h"
 #include "model/llama_gpu_backend.h"
 #include "model/llama_gpu_impl.h"
-#include "tessera/attn/attention.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/decode/attention_block.h"
@@ -57,7 +56,6 @@ struct HostLayer {
 }
 
 }  // namespace
-
 
 LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& source,
                           const LlamaGpuOptions& o, Communicator* comm_in)

@@ -173,6 +173,12 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
     m->logits(fill, nullptr);
     for (auto& f : fill) decodes.push_back({f.seq_id, random_tokens(1)});
   }
+  // The rule's measurements (auto), from TESSERA_SCHED_TUNE_TABLE or the user's cache.
+  const sched::RuleKey rule_key{gpu_name(ctx), ctx.size, a.config.hidden_size};
+  const std::vector<sched::SchedTuneEntry> rule_table =
+      std::find(a.strategies.begin(), a.strategies.end(), "auto") != a.strategies.end()
+          ? sched::read_sched_tune_table(sched::sched_tune_table_path())
+          : std::vector<sched::SchedTuneEntry>{};
   std::vector<Measured> out;
   for (int64_t t : a.tokens) {
     // The case's prompts, the same for every strategy and step.
@@ -184,20 +190,18 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
       for (const auto& p : prompts) in.push_back({m->add_sequence(), p});
       return in;
     };
+    const size_t step_decodes = size_t(std::min(t, a.decodes));
     auto reset = [&](const std::vector<SequenceTokens>& in) {
-      for (const SequenceTokens& x : in) {
-        if (x.tokens.size() == 1) m->truncate(x.seq_id, a.context);
-        else m->release(x.seq_id);
+      for (size_t i = 0; i < in.size(); ++i) {
+        if (i < step_decodes) m->truncate(in[i].seq_id, a.context);
+        else m->release(in[i].seq_id);
       }
     };
     std::vector<float> reference;
     std::vector<int32_t> reference_tokens;
     for (const std::string& name : a.strategies) {
-      const auto strategy =
-          name == "auto" ? sched::make_rule_strategy({gpu_name(ctx), ctx.size, a.config.hidden_size},
-                                                     sched::read_sched_tune_table(
-                                                         sched::sched_tune_table_path()))
-                         : sched::make_strategy(name);
+      const auto strategy = name == "auto" ? sched::make_rule_strategy(rule_key, rule_table)
+                                           : sched::make_strategy(name);
       Measured r;
       r.strategy = name;
       std::vector<SequenceTokens> in = make_inputs();
@@ -235,11 +239,7 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
         us.push_back(elapsed);
         host.push_back(m->host_us());
       }
-      if (name == "auto") {
-        r.picked = sched::pick_strategy(
-            sched::read_sched_tune_table(sched::sched_tune_table_path()),
-            {gpu_name(ctx), ctx.size, a.config.hidden_size}, t);
-      }
+      if (name == "auto") r.picked = sched::pick_strategy(rule_table, rule_key, t);
       r.median_us = max_across_ranks(ctx, median(us));
       r.host_us = max_across_ranks(ctx, median(host));
       out.push_back(r);
