@@ -12,6 +12,7 @@ void bind_attention(nanobind::module_& m);      // attention.cc
 void bind_ranks(nanobind::module_& m);          // ranks.cc
 void bind_sp_attention(nanobind::module_& sp);  // sp_attention.cc
 void bind_tp_operation(nanobind::module_& tp);  // tp_operation.cc
+void bind_tp_loopback(nanobind::module_& tp);   // tp_loopback.cc
 void bind_decode_block(nanobind::module_& decode);  // decode_block.cc
 void bind_sched(nanobind::module_& sched);          // sched.cc
 void bind_model(nanobind::module_& model);      // model.cc

@@ -14,6 +14,7 @@ NB_MODULE(_C, m) {
   tessera::python::bind_sp_attention(sp);
   nanobind::module_ tp = m.def_submodule("tp", "Tensor-parallel GEMMs with their communication.");
   tessera::python::bind_tp_operation(tp);
+  tessera::python::bind_tp_loopback(tp);
   nanobind::module_ decode = m.def_submodule("decode", "The decode step's attention block.");
   tessera::python::bind_decode_block(decode);
   nanobind::module_ sched = m.def_submodule("sched", "The operator scheduler (DynaFlow).");

@@ -1,7 +1,8 @@
 """Tensor-parallel GEMMs with their communication (Flux): plan once per layer shape, call per
 layer with this rank's operands.
 
-See :class:`Operation`. ops: ag_gemm (AllGather+GEMM: QKV, MLP gate/up), gemm_rs
+See :class:`Operation` (on a rank context) and :class:`Loopback` (every rank of the fused
+AllGather+GEMM in this process on one GPU). ops: ag_gemm (AllGather+GEMM: QKV, MLP gate/up), gemm_rs
 (GEMM+ReduceScatter: attention output, MLP down), gemm_a2a (GEMM+AllToAll: Ulysses'
 projection going head-sharded).
 """
@@ -26,4 +27,22 @@ class Operation(_C.tp.Operation):
     __call__.__doc__ = _C.tp.Operation.__call__.__doc__
 
 
-__all__ = ["Operation"]
+class Loopback(_C.tp.Loopback):
+    __doc__ = _C.tp.Loopback.__doc__
+
+    def __call__(self, a, b, bias=None, *, out=None, stream=None):
+        """Runs every rank: a, b (and bias) are lists of one cuda array per rank, shaped as
+        shapes(rank) says; returns out, a list of rank r's [M, N/P] results (made by a[0]'s
+        framework when not given). stream: a cudaStream_t as an int (None: the current stream
+        of a[0]'s framework)."""
+        if out is None:
+            out = [new_array(a[0], self.shapes(r)["out"], self.dtype) for r in range(len(a))]
+        if stream is None:
+            stream = default_stream(a[0])
+        super().__call__([exported(x) for x in a], [exported(x) for x in b],
+                         None if bias is None else [exported(x) for x in bias],
+                         out=[exported(x) for x in out], stream=stream)
+        return out
+
+
+__all__ = ["Loopback", "Operation"]

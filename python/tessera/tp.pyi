@@ -1,4 +1,4 @@
-# Type stubs for tessera.tp (python/src/tp_operation.cc).
+# Type stubs for tessera.tp (python/src/tp_operation.cc, python/src/tp_loopback.cc).
 from typing import Any, Optional
 
 from ._C import ArrayLike, RankContext
@@ -59,3 +59,39 @@ class Operation:
     @property
     def summary(self) -> str: ...
     def plan_json(self) -> str: ...
+
+class Loopback:
+    """The fused AllGather+GEMM of `ranks` ranks in this process on one GPU (each rank's GEMM on
+    1/ranks of the multiprocessors): checks the fused kernel without several GPUs.
+
+    Rank r: a [m_r, K], b [N/P, K] -> out [M, N/P]. Raises UnsupportedError without a cuda build.
+    """
+
+    def __init__(
+        self,
+        *,
+        op: str = "ag_gemm",
+        m: int,
+        n: int,
+        k: int,
+        ranks: int = 4,
+        dtype: Any = "bfloat16",
+        bias: bool = False,
+        device: int = 0,
+        comm_rows: int = 0,
+    ) -> None: ...
+    def __call__(
+        self,
+        a: list[ArrayLike],
+        b: list[ArrayLike],
+        bias: Optional[list[ArrayLike]] = None,
+        *,
+        out: Optional[list[ArrayLike]] = None,
+        stream: Optional[int] = None,
+    ) -> list[Any]:
+        """Runs every rank on its operands (lists, one cuda array per rank); returns out."""
+    def shapes(self, rank: int) -> dict[str, Any]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def gemm_config(self) -> str: ...

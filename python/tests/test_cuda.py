@@ -124,6 +124,24 @@ def test_tp_operation_on_a_world_of_one_matches_torch(ctx, op):
     assert err <= 1e-2 * want.abs().max().item(), f"{op} ({layer.summary}): error {err}"
 
 
+def test_tp_loopback_matches_torch_on_the_gathered_rows():
+    P, M, N, K = 4, 1000, 4 * 256, 512  # M not a multiple of P: shares of 250 rows
+    layer = tessera.tp.Loopback(m=M, n=N, k=K, ranks=P, dtype="bfloat16", bias=True, comm_rows=96)
+    a = [randn(*layer.shapes(r)["a"], seed=60 + r) for r in range(P)]
+    w = [randn(*layer.shapes(r)["b"], seed=70 + r) for r in range(P)]
+    bias = [randn(1, layer.shapes(r)["bias"], seed=80 + r) for r in range(P)]
+    out = layer(a, w, bias)
+    torch.cuda.current_stream().synchronize()
+    gathered = torch.cat(a).float()
+    for r in range(P):
+        assert isinstance(out[r], torch.Tensor) and out[r].shape == (M, N // P)
+        want = gathered @ w[r].float().T + bias[r].float()
+        err = (out[r].float() - want).abs().max().item()
+        assert err <= 1e-2 * want.abs().max().item(), f"rank {r} ({layer.gemm_config}): {err}"
+    with pytest.raises(tessera.InvalidArgumentError, match=r"a holds 3 arrays: expected one per rank \(4\)"):
+        layer(a[:3], w, bias)
+
+
 def test_fused_decode_block_matches_numpy():
     from test_decode import FUSABLE, make_weights, reference_step
 

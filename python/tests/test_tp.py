@@ -107,3 +107,11 @@ def test_an_operation_ends_with_its_context():
     assert tessera.run_cpu_ranks(2, rank) == [(4, 8), (4, 8)]
     with pytest.raises(tessera.InvalidArgumentError, match="rank context has ended"):
         kept[0].shapes
+
+
+@pytest.mark.skipif("cuda" in tessera.info()["backends"], reason="this build has cuda")
+def test_loopback_needs_a_cuda_build():
+    with pytest.raises(tessera.UnsupportedError, match="this build has no cuda backend"):
+        tessera.tp.Loopback(m=128, n=1024, k=256, ranks=4)
+    with pytest.raises(tessera.InvalidArgumentError, match="ranks = 0: expected >= 1"):
+        tessera.tp.Loopback(m=128, n=1024, k=256, ranks=0)
