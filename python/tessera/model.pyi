@@ -50,8 +50,9 @@ class Llama:
         """inputs: (seq_id, new token ids) pairs, prefills and decodes mixed. Appends the
         tokens to their sequences and returns float32 logits [R, vocab_size]: every new
         token's row in input order (rows='all') or each input's last row (rows='last').
-        strategy (cpu): a built-in strategy's name or an object with split(lengths) and
-        schedule(ctx) (tessera.sched); every order gives bitwise the same logits."""
+        strategy: a built-in strategy's name or, on cpu, an object with split(lengths) and
+        schedule(ctx) (tessera.sched). cpu: every order gives bitwise the same logits; cuda:
+        nano-batches on compute, memory and network streams, within bf16 rounding."""
     def generate(self, prompt: Sequence[int], steps: int) -> list[int]:
         """Greedy generation: prefills prompt in a new sequence, then steps argmax tokens;
         returns them (the sequence is released)."""

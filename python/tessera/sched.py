@@ -1,8 +1,9 @@
 """The operator scheduler (DynaFlow): the order in which a forward's operations run over
 nano-batches, apart from the model's definition.
 
-Pass a built-in strategy's name (:func:`strategies`) or your own object to
-``tessera.model.Llama.forward(..., strategy=...)``. Your own has two methods::
+Pass a built-in strategy's name (:func:`strategies`; on the cpu and cuda backends) or your own
+object (cpu backend) to ``tessera.model.Llama.forward(..., strategy=...)``. Your own has two
+methods::
 
     class Alternate:                        # two nano-batches, taking turns op by op
         name = "alternate"
