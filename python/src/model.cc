@@ -25,6 +25,7 @@
 #include "tessera/model/llama_gpu_model.h"
 #include "tessera/model/llama_model.h"
 #include "tessera/model/weight_store.h"
+#include "tessera/runtime/build_info.h"
 
 namespace nb = nanobind;
 
@@ -56,6 +57,7 @@ class Llama {
                                                  model::load_llama_weights(config_, source, 0, 1),
                                                  model::KvCacheSize{page_size, num_pages}, nullptr);
     } else {
+      device_ = device;
       model::LlamaGpuOptions o;
       o.device = device;
       o.cache = {page_size, num_pages};
@@ -93,7 +95,9 @@ class Llama {
                     "strategy: a ", Py_TYPE(strategy.ptr())->tp_name,
                     " object on backend = 'cuda': expected a built-in strategy's name "
                     "(tessera.sched.strategies()); Python strategies run on the cpu backend");
-      order = strategy_argument(strategy);
+      order = strategy_argument(
+          strategy, {device_name(cpu_ ? Device::cpu() : Device::cuda(device_)), 1,
+                     config_.hidden_size});
     }
     std::vector<float> logits;
     {
@@ -135,6 +139,7 @@ class Llama {
   std::unique_ptr<model::WeightStore> store_;  // outlives the models that read it
   std::unique_ptr<model::LlamaModel> cpu_;
   std::unique_ptr<model::LlamaGpuModel> gpu_;
+  int device_ = 0;  // cuda: the GPU the model runs on
 };
 
 }  // namespace
@@ -168,7 +173,8 @@ void bind_model(nb::module_& m) {
            "tokens to their sequences and returns float32 logits [R, vocab_size]: every new\n"
            "token's row in input order (rows='all') or each input's last row (rows='last').\n"
            "strategy: the order of the layers' operations over nano-batches, a built-in\n"
-           "one's name (tessera.sched.strategies()) or, on cpu, a Python object with\n"
+           "one's name (tessera.sched.strategies()), 'auto' (the strategy measured fastest\n"
+           "near the step's rows: TESSERA_SCHED_TUNE_TABLE) or, on cpu, a Python object with\n"
            "split(lengths) and schedule(ctx) (tessera.sched). cpu: every order gives bitwise\n"
            "the same logits; cuda: the nano-batches run on compute, memory and network\n"
            "streams, within bf16 rounding of the unscheduled forward.")

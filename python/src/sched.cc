@@ -124,9 +124,10 @@ void PythonStrategy::schedule(sched::ScheduleContext& ctx) const {
   strategy_.attr("schedule")(ScheduleView{ref});
 }
 
-std::unique_ptr<sched::Strategy> strategy_argument(const nb::handle& strategy) {
+std::unique_ptr<sched::Strategy> strategy_argument(const nb::handle& strategy,
+                                                   const sched::RuleKey& key) {
   if (nb::isinstance<nb::str>(strategy))
-    return sched::make_strategy(nb::cast<std::string>(strategy));
+    return sched::make_named_strategy(nb::cast<std::string>(strategy), key);
   return std::make_unique<PythonStrategy>(nb::borrow(strategy));
 }
 

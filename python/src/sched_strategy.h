@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tessera/sched/rule.h"
 #include "tessera/sched/schedule.h"
 
 namespace tessera::python {
@@ -26,7 +27,9 @@ class PythonStrategy final : public sched::Strategy {
   nanobind::object strategy_;
 };
 
-// A built-in strategy's name (sched::make_strategy) or a Python strategy object.
-std::unique_ptr<sched::Strategy> strategy_argument(const nanobind::handle& strategy);
+// A built-in strategy's name, "auto" (the rule, for a model run as `key` says:
+// sched::make_named_strategy), or a Python strategy object.
+std::unique_ptr<sched::Strategy> strategy_argument(const nanobind::handle& strategy,
+                                                   const sched::RuleKey& key);
 
 }  // namespace tessera::python

@@ -163,4 +163,12 @@ std::unique_ptr<Strategy> make_rule_strategy(RuleKey key, std::vector<SchedTuneE
   return std::make_unique<RuleStrategy>(std::move(key), std::move(table));
 }
 
+std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const RuleKey& key) {
+  if (name == "auto") return make_rule_strategy(key, read_sched_tune_table(sched_tune_table_path()));
+  if (known_strategy(name)) return make_strategy(name);
+  throw_error(ErrorCode::kInvalidArgument,
+              str("strategy = '", name,
+                  "': expected sequential, nanoflow, dual_batch, tokenweave or auto (the rule)"));
+}
+
 }  // namespace tessera::sched

@@ -1,10 +1,12 @@
 // The strategy rule (sched/rule.h): its table read back as written and merged, malformed rows
-// refused naming the line, the pick (the fastest strategy at the nearest measured token count
-// within a factor of 2, sequential elsewhere or for another GPU, degree or width), and the
-// `auto` strategy running its pick: bitwise the plain forward on the cpu backend at TP 1 and 2.
+// refused naming the line, strategies by name (auto among them), the pick (the fastest strategy
+// at the nearest measured token count within a factor of 2, sequential elsewhere or for another
+// GPU, degree or width), and the `auto` strategy running its pick: bitwise the plain forward on
+// the cpu backend at TP 1 and 2.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -84,6 +86,23 @@ TEST(SchedRule, PicksTheFastestAtTheNearestMeasuredCountWithinAFactorOfTwo) {
   EXPECT_EQ(sched::pick_strategy(table, kKey, 64), "sequential");
   EXPECT_EQ(sched::pick_strategy(table, {"H100", 4, 2048}, 2048), "sequential");
   EXPECT_EQ(sched::pick_strategy({}, kKey, 2048), "sequential");
+}
+
+TEST(SchedRule, StrategiesByNameIncludeTheRule) {
+  const std::string path = temp_table("sched_rule_named.tsv");
+  sched::write_sched_tune_table(path, measured());
+  ::setenv("TESSERA_SCHED_TUNE_TABLE", path.c_str(), 1);
+  const auto rule = sched::make_named_strategy("auto", kKey);
+  ::unsetenv("TESSERA_SCHED_TUNE_TABLE");
+  EXPECT_EQ(rule->name(), "auto");
+  EXPECT_EQ(sched::make_named_strategy("dual_batch", kKey)->name(), "dual_batch");
+  try {
+    sched::make_named_strategy("fastest", kKey);
+    ADD_FAILURE() << "an unknown name made a strategy";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tokenweave or auto"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SchedRule, AutoRunsItsPickBitwiseThePlainForward) {

@@ -297,9 +297,7 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
   a.iters = int(opt.integer("iters", 1, 100000));
   a.seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   a.strategies = opt.text("strategies") == "all" ? sched::strategy_names() : opt.list("strategies");
-  for (const std::string& s : a.strategies) {
-    if (s != "auto") (void)sched::make_strategy(s);  // names checked here
-  }
+  for (const std::string& s : a.strategies) (void)sched::make_named_strategy(s, {});  // checked
   // Sequential first: the reference the others are compared with.
   std::stable_partition(a.strategies.begin(), a.strategies.end(),
                         [](const std::string& s) { return s == "sequential"; });

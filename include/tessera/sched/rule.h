@@ -51,4 +51,9 @@ std::string pick_strategy(const std::vector<SchedTuneEntry>& table, const RuleKe
 // same pick for both: it depends only on the step's rows).
 std::unique_ptr<Strategy> make_rule_strategy(RuleKey key, std::vector<SchedTuneEntry> table);
 
+// A strategy by name for a model run as `key` says: "auto" is the rule with the table at
+// sched_tune_table_path(), any other name make_strategy's (kInvalidArgument naming the known
+// ones, auto among them, otherwise).
+std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const RuleKey& key);
+
 }  // namespace tessera::sched
