@@ -30,6 +30,7 @@
 #include "tessera/model/safetensors.h"
 #include "tessera/model/weight_store.h"
 #include "tessera/runtime/memory.h"
+#include "tessera/sched/rule.h"
 
 namespace tessera::cli {
 namespace {
@@ -54,6 +55,7 @@ struct LlmArgs {
   uint64_t seed = 1;
   std::string weights_path;
   bool logits = false, graphs = true, fused_decode = false;
+  std::string strategy;  // a scheduler strategy's name (sched/rule.h), or empty: none
 
   int64_t batch() const { return int64_t(prompts.size()); }
   int64_t prompt_len() const { return int64_t(prompts[0].size()); }
@@ -95,6 +97,12 @@ void generate(const LlmArgs& a, RankContext& ctx, LlmRun& run,
   run.tpot_s = steps.empty() ? 0 : median(steps);
 }
 
+// The scheduler strategy of --strategy for this rank's model, or null.
+std::unique_ptr<sched::Strategy> scheduled(const LlmArgs& a, const RankContext& ctx) {
+  if (a.strategy.empty()) return nullptr;
+  return sched::make_named_strategy(a.strategy, {gpu_name(ctx), ctx.size, a.config.hidden_size});
+}
+
 int32_t argmax_row(const float* row, int64_t n) {
   return int32_t(std::max_element(row, row + n) - row);
 }
@@ -107,6 +115,7 @@ LlmRun run_cpu_rank(const LlmArgs& a, RankContext& ctx) {
   model::LlamaModel m(a.config, model::load_llama_weights(a.config, source, ctx.rank, ctx.size),
                       {a.page, a.batch() * a.pages_per_seq()},
                       ctx.size > 1 ? ctx.world.get() : nullptr);
+  const auto strategy = scheduled(a, ctx);
   std::vector<model::SequenceTokens> inputs;
   for (const auto& p : a.prompts) inputs.push_back({m.add_sequence(), p});
   const int64_t vocab = a.config.vocab_size;
@@ -123,11 +132,11 @@ LlmRun run_cpu_rank(const LlmArgs& a, RankContext& ctx) {
   generate(
       a, ctx, run, inputs,
       [&] {
-        std::vector<float> logits = m.forward(inputs);
+        std::vector<float> logits = strategy ? m.forward(inputs, *strategy) : m.forward(inputs);
         if (a.logits) run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
         return last_tokens(logits);
       },
-      [&] { return last_tokens(m.forward(inputs)); });
+      [&] { return last_tokens(strategy ? m.forward(inputs, *strategy) : m.forward(inputs)); });
   return run;
 }
 
@@ -147,25 +156,26 @@ LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
   o.fused_decode = a.fused_decode;
   model::LlamaGpuModel m(a.config, source, o, ctx.size > 1 ? ctx.world.get() : nullptr);
   run.gpu = gpu_name(ctx);
+  const auto strategy = scheduled(a, ctx);
   const int64_t vocab = a.config.vocab_size;
   // Warm-up prefill (plans, kernel modules), on sequences released again.
   std::vector<model::SequenceTokens> inputs;
   for (const auto& p : a.prompts) inputs.push_back({m.add_sequence(), p});
-  m.forward_greedy(inputs);
+  m.forward_greedy(inputs, strategy.get());
   for (const auto& in : inputs) m.release_sequence(in.seq_id);
   for (auto& in : inputs) in.seq_id = m.add_sequence();
   generate(
       a, ctx, run, inputs,
       [&] {
-        if (!a.logits) return m.forward_greedy(inputs);
-        std::vector<float> logits = m.forward(inputs, model::LogitRows::kAll);
+        if (!a.logits) return m.forward_greedy(inputs, strategy.get());
+        std::vector<float> logits = m.forward(inputs, model::LogitRows::kAll, strategy.get());
         run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
         std::vector<int32_t> next;
         for (int64_t s = 0; s < batch; ++s)
           next.push_back(argmax_row(logits.data() + ((s + 1) * prompt - 1) * vocab, vocab));
         return next;
       },
-      [&] { return m.forward_greedy(inputs); });
+      [&] { return m.forward_greedy(inputs, strategy.get()); });
   // A decode step reads every weight once and each sequence's cached keys and values (at the
   // middle of the generation: the median step's context).
   const int64_t context = prompt + a.gen / 2;
@@ -194,6 +204,9 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
                {"prompt-tokens", "", "comma list of prompt token ids (batch 1; default: random)"},
                {"graphs", "1", "cuda: replay decode steps from CUDA graphs (0: eager)"},
                {"fused-decode", "0", "cuda: decode steps through the fused attention-block kernel"},
+               {"strategy", "",
+                "order the layers' operations by a scheduler strategy: sequential, nanoflow, "
+                "dual_batch, tokenweave or auto (the rule, TESSERA_SCHED_TUNE_TABLE); default none"},
                {"logits-out", "",
                 "write sequence 0's prefill logits [prompt, vocab] and its "
                 "generated tokens to this safetensors file"},
@@ -221,6 +234,8 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   a.weights_path = opt.text("weights");
   a.graphs = opt.integer("graphs", 0, 1) == 1;
   a.fused_decode = opt.integer("fused-decode", 0, 1) == 1;
+  a.strategy = opt.text("strategy");
+  if (!a.strategy.empty()) (void)sched::make_named_strategy(a.strategy, {});  // the name checked
   a.logits = !opt.text("logits-out").empty();
   a.prompts.assign(size_t(batch), {});
   std::mt19937_64 rng(a.seed);
@@ -274,6 +289,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
       rec.case_name =
           str(model_name, " b", batch, " ctx", prompt, prefill ? " prefill" : " decode");
       rec.impl = !prefill && a.fused_decode ? "tessera fused decode" : "tessera";
+      if (!a.strategy.empty()) rec.impl += " " + a.strategy;
       rec.gpu = run.gpu;
       rec.num_gpus = on_cuda ? tp : 0;
       rec.topology = str("tp", tp, on_cuda ? "" : " cpu");
