@@ -125,14 +125,7 @@ class Llama {
   std::vector<float> last_rows_if(std::vector<float> logits,
                                   const std::vector<model::SequenceTokens>& seqs, bool all) const {
     if (all) return logits;
-    const int64_t v = config_.vocab_size;
-    std::vector<float> last;
-    int64_t row = 0;
-    for (const auto& s : seqs) {
-      row += int64_t(s.tokens.size());
-      last.insert(last.end(), logits.begin() + (row - 1) * v, logits.begin() + row * v);
-    }
-    return last;
+    return model::last_token_logits(logits, seqs, config_.vocab_size);
   }
 
   model::DecoderConfig config_;

@@ -18,6 +18,7 @@
 #include "bindings.h"
 #include "tessera/core/error.h"
 #include "tessera/tp/loopback.h"
+#include "tp_shapes.h"
 
 namespace nb = nanobind;
 
@@ -57,8 +58,8 @@ class LoopbackLayer {
       std::vector<TensorView> out_views;
       for (size_t r = 0; r < arrays.size(); ++r) {
         const std::string what = str(name, "[", r, "]");
-        out_views.push_back(checked_view(arrays[r], {what.c_str(), layout, 2,
-                                                     std::string_view(name) == "out"}));
+        out_views.push_back(
+            checked_view(arrays[r], {what.c_str(), layout, 2, std::string_view(name) == "out"}));
       }
       return out_views;
     };
@@ -75,13 +76,7 @@ class LoopbackLayer {
     const tp::TpRequest& r = loopback_->plan().request;
     TESSERA_CHECK_ARG(rank >= 0 && rank < r.world_size, "rank = ", rank, ": expected 0 to ",
                       r.world_size - 1);
-    const tp::RankShapes s = tp::rank_shapes(r, rank);
-    nb::dict d;
-    d["a"] = nb::make_tuple(s.a_rows, s.a_cols);
-    d["b"] = nb::make_tuple(s.b_rows, s.b_cols);
-    d["bias"] = s.bias;
-    d["out"] = nb::make_tuple(s.out_rows, s.out_cols);
-    return d;
+    return shapes_dict(tp::rank_shapes(r, rank));
   }
 
   const tp::TpLoopback& loopback() const { return *loopback_; }

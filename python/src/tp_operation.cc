@@ -20,6 +20,7 @@
 #include "arrays.h"
 #include "bindings.h"
 #include "rank_session.h"
+#include "tp_shapes.h"
 #include "tessera/core/error.h"
 #include "tessera/tp/operation.h"
 
@@ -120,13 +121,7 @@ class TpOperationLayer {
 };
 
 nb::dict shapes_of(const TpOperationLayer& layer) {
-  const tp::RankShapes s = layer.live("shapes")->shapes();
-  nb::dict d;
-  d["a"] = nb::make_tuple(s.a_rows, s.a_cols);
-  d["b"] = nb::make_tuple(s.b_rows, s.b_cols);
-  d["bias"] = s.bias;
-  d["out"] = nb::make_tuple(s.out_rows, s.out_cols);
-  return d;
+  return shapes_dict(layer.live("shapes")->shapes());
 }
 
 }  // namespace

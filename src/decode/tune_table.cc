@@ -3,13 +3,12 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
+#include "tessera/core/table_file.h"
 
 namespace tessera::decode {
 namespace {
@@ -30,28 +29,22 @@ std::string tune_table_path() {
 
 std::vector<TuneEntry> read_tune_table(const std::string& path) {
   std::vector<TuneEntry> out;
-  std::ifstream in(path);
-  if (!in) return out;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
+  for (const TableLine& line : read_table_lines(path)) {
+    const std::vector<std::string>& f = line.fields;
     TuneEntry e;
-    std::string batch, context, cluster, us;
-    const bool ok = std::getline(fields, e.gpu, '\t') && std::getline(fields, e.model, '\t') &&
-                    std::getline(fields, batch, '\t') && std::getline(fields, context, '\t') &&
-                    std::getline(fields, cluster, '\t') && std::getline(fields, us, '\t');
     char* end = nullptr;
-    if (ok) {
-      e.batch = std::strtoll(batch.c_str(), &end, 10);
+    if (f.size() >= 6) {
+      e.gpu = f[0];
+      e.model = f[1];
+      e.batch = std::strtoll(f[2].c_str(), &end, 10);
       const bool b_ok = *end == '\0';
-      e.context = std::strtoll(context.c_str(), &end, 10);
+      e.context = std::strtoll(f[3].c_str(), &end, 10);
       const bool c_ok = *end == '\0';
       // Range-checked before narrowing: 4294967297 must not read as cluster size 1.
-      const long long n = std::strtoll(cluster.c_str(), &end, 10);
+      const long long n = std::strtoll(f[4].c_str(), &end, 10);
       const bool n_ok = *end == '\0' && n >= 1 && n <= 16;
       e.cluster_size = n_ok ? int(n) : 0;
-      e.median_us = std::strtod(us.c_str(), &end);
+      e.median_us = std::strtod(f[5].c_str(), &end);
       const bool us_ok = *end == '\0' && std::isfinite(e.median_us) && e.median_us >= 0;
       if (b_ok && c_ok && n_ok && us_ok && e.batch > 0 && e.context > 0) {
         out.push_back(e);
@@ -59,7 +52,7 @@ std::vector<TuneEntry> read_tune_table(const std::string& path) {
       }
     }
     throw_error(ErrorCode::kInvalidArgument,
-                str(path, ":", number, ": '", line,
+                str(path, ":", line.number, ": '", line.text,
                     "': expected gpu, model, batch, context, cluster_size (1-16), median_us "
                     "separated by tabs"));
   }
@@ -81,14 +74,16 @@ void write_tune_table(const std::string& path, const std::vector<TuneEntry>& ent
     std::erase_if(all, [&](const TuneEntry& old) { return same_shape(old, e); });
     all.push_back(e);
   }
-  const std::filesystem::path file(path);
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
-  std::ofstream out(path, std::ios::trunc);
-  TESSERA_CHECK(bool(out), ErrorCode::kSystem, "tune table ", path, ": cannot write");
-  out << "# gpu\tmodel\tbatch\tcontext\tcluster_size\tmedian_us (tessera tune decode)\n";
-  for (const TuneEntry& e : all)
-    out << e.gpu << '\t' << e.model << '\t' << e.batch << '\t' << e.context << '\t'
-        << e.cluster_size << '\t' << e.median_us << '\n';
+  std::vector<std::string> rows;
+  for (const TuneEntry& e : all) {
+    std::ostringstream row;
+    row << e.gpu << '\t' << e.model << '\t' << e.batch << '\t' << e.context << '\t'
+        << e.cluster_size << '\t' << e.median_us;
+    rows.push_back(row.str());
+  }
+  write_table_lines(path,
+                    "gpu\tmodel\tbatch\tcontext\tcluster_size\tmedian_us (tessera tune decode)",
+                    rows, "tune table");
 }
 
 std::optional<int> tuned_cluster_size(const std::vector<TuneEntry>& table, const std::string& gpu,

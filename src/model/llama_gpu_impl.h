@@ -87,7 +87,7 @@ struct LlamaGpuModel::Impl {
   // The layers of a step from the embedding's x to the lm_head's logits: in order on `stream`,
   // or ordered by `strategy` over its nano-batches (llama_gpu_schedule.cc).
   void run_step(const Step& step, const sched::Strategy* strategy);
-  void run_layer(int64_t layer, const Step& step);
+  void run_layer(int64_t layer, const Step& step, const Part& all);  // all = whole(step)
   // One logical operation of layer `layer` over the rows of `part`, on `on`
   // (llama_gpu_ops.cc); run_layer is the nine in order over the whole step.
   void run_op(int64_t layer, LlamaOp op, const Part& part, const Stream& on);

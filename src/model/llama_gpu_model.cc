@@ -356,7 +356,8 @@ void LlamaGpuModel::Impl::run_step(const Step& step, const sched::Strategy* stra
   if (strategy != nullptr) {
     run_scheduled_layers(step, *strategy);
   } else {
-    for (int64_t l = 0; l < shapes.num_layers; ++l) run_layer(l, step);
+    const Part all = whole(step);
+    for (int64_t l = 0; l < shapes.num_layers; ++l) run_layer(l, step, all);
   }
   // The final norm and lm_head on the asked-for rows only.
   const TensorView picked = i32_view(off_rows, r), hrs = rows(hr, r);

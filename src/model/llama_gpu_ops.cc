@@ -20,8 +20,8 @@ Part whole(const Step& step) {
 Part part_of(const Step& step, int64_t first_input, int64_t count) {
   const std::vector<PackedSequence>& seqs = step.batch.sequences;
   TESSERA_CHECK(first_input >= 0 && count >= 1 && first_input + count <= int64_t(seqs.size()),
-                ErrorCode::kInternal, "part_of: inputs [", first_input, ", ",
-                first_input + count, ") of ", seqs.size());
+                ErrorCode::kInternal, "part_of: inputs [", first_input, ", ", first_input + count,
+                ") of ", seqs.size());
   const PackedSequence &first = seqs[size_t(first_input)],
                        &last = seqs[size_t(first_input + count - 1)];
   Part part;
@@ -40,8 +40,7 @@ Part part_of(const Step& step, int64_t first_input, int64_t count) {
   return part;
 }
 
-void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
-  const Part all = whole(step);
+void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step, const Part& all) {
   const decode::AttentionBlock* block = step.prefills.empty() ? fused_block(step.tokens) : nullptr;
   if (block == nullptr) {
     for (int op = 0; op < kLlamaOps; ++op) run_op(l, LlamaOp(op), all, stream);
@@ -64,7 +63,8 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step) {
                          {t, pages_per_seq});
   block->run({rows(h, t), i32_view(off_seq, t), out}, weights,
              {paged(k_table(l)), paged(v_table(l)), table}, fused.at(t).workspace, stream);
-  for (int op = int(LlamaOp::kOAllReduce); op < kLlamaOps; ++op) run_op(l, LlamaOp(op), all, stream);
+  for (int op = int(LlamaOp::kOAllReduce); op < kLlamaOps; ++op)
+    run_op(l, LlamaOp(op), all, stream);
 }
 
 void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const Stream& on) {
@@ -82,7 +82,8 @@ void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const 
   const TensorView projected = comm == nullptr ? xs : rows(partial, part);
   auto all_reduce = [&] {
     if (comm != nullptr)
-      comm->all_reduce(projected.flat(0, projected.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum, on);
+      comm->all_reduce(projected.flat(0, projected.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum,
+                       on);
   };
   // q, k, v: column blocks of the part's qkv rows, [T, heads, D].
   auto heads = [&](int64_t column, int64_t count) {
@@ -185,8 +186,8 @@ void LlamaGpuModel::Impl::run_all_reduce_norm(int64_t l, LlamaOp norm, const Par
   const Part share{part.first_row + comm->rank() * (part.tokens / p), part.tokens / p, {}, {}};
   const TensorView xs = rows(x, share), res = rows(residual, share), hs = rows(h, share);
   const TensorView partials = rows(partial, part);
-  comm->reduce_scatter(partials.flat(0, partials.numel()), xs.flat(0, xs.numel()),
-                       ReduceOp::kSum, on);
+  comm->reduce_scatter(partials.flat(0, partials.numel()), xs.flat(0, xs.numel()), ReduceOp::kSum,
+                       on);
   rms_norm(xs, {res, res}, norm == LlamaOp::kMlpNorm ? w.post_norm : w.input_norm,
            float(config.rms_norm_eps), hs, on);
   for (const Tensor* t : {&h, &residual}) {

@@ -43,11 +43,10 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
   std::vector<const Stream*> last(parts.size(), &stream);
   // Nano-batch n's operation runs on `on`: after its previous one, wherever that ran.
   auto enter = [&](const sched::NanoBatch& nano, const Stream& on) {
-    const size_t n = size_t(std::find_if(nanos.begin(), nanos.end(),
-                                         [&](const sched::NanoBatch& m) {
-                                           return m.first_seq == nano.first_seq;
-                                         }) -
-                            nanos.begin());
+    const size_t n = size_t(
+        std::find_if(nanos.begin(), nanos.end(),
+                     [&](const sched::NanoBatch& m) { return m.first_seq == nano.first_seq; }) -
+        nanos.begin());
     if (last[n] != &on) {
       hop->record(*last[n]);
       hop->wait_on(on);

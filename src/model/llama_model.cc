@@ -118,6 +118,17 @@ std::vector<float> LlamaModel::run_extended(const PackedBatch& batch,
   return logits;
 }
 
+std::vector<float> last_token_logits(std::span<const float> logits,
+                                     std::span<const SequenceTokens> inputs, int64_t vocab) {
+  std::vector<float> last;
+  int64_t row = 0;
+  for (const SequenceTokens& in : inputs) {
+    row += int64_t(in.tokens.size());
+    last.insert(last.end(), logits.begin() + (row - 1) * vocab, logits.begin() + row * vocab);
+  }
+  return last;
+}
+
 std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs) {
   return forward_with(inputs, [&](const PackedBatch& batch, std::vector<float>& x,
                                   std::vector<float>& residual) {

@@ -3,14 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
+#include "tessera/core/table_file.h"
 
 namespace tessera::sched {
 namespace {
@@ -28,15 +26,6 @@ bool same_case(const SchedTuneEntry& a, const SchedTuneEntry& b) {
 bool known_strategy(const std::string& name) {
   const std::vector<std::string> names = strategy_names();
   return std::find(names.begin(), names.end(), name) != names.end();
-}
-
-// A whole-field integer from 1 to `limit`.
-bool parse_count(const std::string& text, int64_t limit, int64_t& value) {
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < 1 || v > limit) return false;
-  value = v;
-  return true;
 }
 
 class RuleStrategy final : public Strategy {
@@ -73,26 +62,17 @@ std::string sched_tune_table_path() {
 
 std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
   std::vector<SchedTuneEntry> out;
-  std::ifstream in(path);
-  if (!in) return out;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string f[6];
-    bool ok = true;
-    for (std::string& field : f) ok = ok && bool(std::getline(fields, field, '\t'));
+  for (const TableLine& line : read_table_lines(path)) {
+    const std::vector<std::string>& f = line.fields;
     SchedTuneEntry e;
     int64_t ranks = 0;
-    char* end = nullptr;
-    e.median_us = ok ? std::strtod(f[5].c_str(), &end) : 0;
-    ok = ok && !f[0].empty() && parse_count(f[1], 1 << 20, ranks) &&
-         parse_count(f[2], int64_t(1) << 40, e.hidden) &&
-         parse_count(f[3], int64_t(1) << 40, e.tokens) && known_strategy(f[4]) &&
-         !f[5].empty() && *end == '\0' && std::isfinite(e.median_us) && e.median_us > 0;
+    const bool ok = f.size() >= 6 && !f[0].empty() && parse_table_count(f[1], 1 << 20, ranks) &&
+                    parse_table_count(f[2], int64_t(1) << 40, e.hidden) &&
+                    parse_table_count(f[3], int64_t(1) << 40, e.tokens) && known_strategy(f[4]) &&
+                    parse_table_time(f[5], e.median_us);
     if (!ok) {
       throw_error(ErrorCode::kInvalidArgument,
-                  str(path, ":", number, ": '", line,
+                  str(path, ":", line.number, ": '", line.text,
                       "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
                       "sequential, nanoflow, dual_batch or tokenweave) and median_us (> 0) "
                       "separated by tabs"));
@@ -107,11 +87,7 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
 
 void write_sched_tune_table(const std::string& path, const std::vector<SchedTuneEntry>& entries) {
   for (const SchedTuneEntry& e : entries) {
-    // A tab or line break would split the row; a leading '#' would make it a comment.
-    TESSERA_CHECK_ARG(!e.gpu.empty() && e.gpu.find_first_of("\t\n\r") == std::string::npos &&
-                          !e.gpu.starts_with('#'),
-                      "sched tune table entry gpu = '", e.gpu,
-                      "': expected a name without tabs or line breaks, not starting with '#'");
+    check_table_name(e.gpu, "sched tune table entry gpu");
     TESSERA_CHECK_ARG(e.ranks >= 1 && e.hidden >= 1 && e.tokens >= 1 && e.median_us > 0 &&
                           known_strategy(e.strategy),
                       "sched tune table entry for ", e.gpu, " tokens ", e.tokens, " ", e.strategy,
@@ -122,15 +98,17 @@ void write_sched_tune_table(const std::string& path, const std::vector<SchedTune
     std::erase_if(all, [&](const SchedTuneEntry& old) { return same_case(old, e); });
     all.push_back(e);
   }
-  const std::filesystem::path file(path);
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
-  std::ofstream out(path, std::ios::trunc);
-  TESSERA_CHECK(bool(out), ErrorCode::kSystem, "sched tune table ", path, ": cannot write");
-  out << "# gpu\tranks\thidden\ttokens\tstrategy\tmedian_us (tessera bench sched --tune-table)\n";
+  std::vector<std::string> rows;
   for (const SchedTuneEntry& e : all) {
-    out << e.gpu << '\t' << e.ranks << '\t' << e.hidden << '\t' << e.tokens << '\t' << e.strategy
-        << '\t' << e.median_us << '\n';
+    std::ostringstream row;
+    row << e.gpu << '\t' << e.ranks << '\t' << e.hidden << '\t' << e.tokens << '\t' << e.strategy
+        << '\t' << e.median_us;
+    rows.push_back(row.str());
   }
+  write_table_lines(path,
+                    "gpu\tranks\thidden\ttokens\tstrategy\tmedian_us (tessera bench sched "
+                    "--tune-table)",
+                    rows, "sched tune table");
 }
 
 std::string pick_strategy(const std::vector<SchedTuneEntry>& table, const RuleKey& key,
@@ -140,7 +118,8 @@ std::string pick_strategy(const std::vector<SchedTuneEntry>& table, const RuleKe
   double best_distance = std::log(2.0) + 1e-9;
   for (const SchedTuneEntry& e : table) {
     if (e.gpu != key.gpu || e.ranks != key.ranks || e.hidden != key.hidden) continue;
-    const double distance = std::fabs(std::log(double(e.tokens) / double(std::max<int64_t>(tokens, 1))));
+    const double distance =
+        std::fabs(std::log(double(e.tokens) / double(std::max<int64_t>(tokens, 1))));
     if (distance < best_distance) {
       best_distance = distance;
       nearest = e.tokens;
@@ -164,7 +143,8 @@ std::unique_ptr<Strategy> make_rule_strategy(RuleKey key, std::vector<SchedTuneE
 }
 
 std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const RuleKey& key) {
-  if (name == "auto") return make_rule_strategy(key, read_sched_tune_table(sched_tune_table_path()));
+  if (name == "auto")
+    return make_rule_strategy(key, read_sched_tune_table(sched_tune_table_path()));
   if (known_strategy(name)) return make_strategy(name);
   throw_error(ErrorCode::kInvalidArgument,
               str("strategy = '", name,

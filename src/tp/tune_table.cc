@@ -2,14 +2,12 @@
 #include "tessera/tp/tune_table.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <sstream>
 
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
+#include "tessera/core/table_file.h"
 
 namespace tessera::tp {
 namespace {
@@ -23,21 +21,6 @@ bool same_case(const TpTuneEntry& a, const TpTuneEntry& b) {
          a.op == b.op && a.n == b.n && a.k == b.k && a.m == b.m;
 }
 
-// A whole-field integer >= 1 (a range check before narrowing).
-bool parse_count(const std::string& text, int64_t limit, int64_t& value) {
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < 1 || v > limit) return false;
-  value = v;
-  return true;
-}
-
-bool parse_us(const std::string& text, double& value) {
-  char* end = nullptr;
-  value = std::strtod(text.c_str(), &end);
-  return !text.empty() && *end == '\0' && std::isfinite(value) && value > 0;
-}
-
 }  // namespace
 
 std::string tp_tune_table_path() {
@@ -46,46 +29,35 @@ std::string tp_tune_table_path() {
 
 std::vector<TpTuneEntry> read_tp_tune_table(const std::string& path) {
   std::vector<TpTuneEntry> out;
-  std::ifstream in(path);
-  if (!in) return out;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream fields(line);
-    std::string f[9];
-    bool ok = true;
-    for (std::string& field : f) ok = ok && bool(std::getline(fields, field, '\t'));
+  for (const TableLine& line : read_table_lines(path)) {
+    const std::vector<std::string>& f = line.fields;
     TpTuneEntry e;
     int64_t ranks = 0, machines = 0;
-    ok = ok && !f[0].empty() && parse_count(f[1], 1 << 20, ranks) &&
-         parse_count(f[2], 1 << 20, machines) &&
-         (f[3] == "ag_gemm" || f[3] == "gemm_rs" || f[3] == "gemm_a2a") &&
-         parse_count(f[4], int64_t(1) << 40, e.n) && parse_count(f[5], int64_t(1) << 40, e.k) &&
-         parse_count(f[6], int64_t(1) << 40, e.m) && parse_us(f[7], e.fused_us) &&
-         parse_us(f[8], e.unfused_us);
-    if (ok) {
-      e.gpu = f[0];
-      e.world_size = int(ranks);
-      e.num_machines = int(machines);
-      e.op = parse_tp_op(f[3]);
-      out.push_back(e);
-      continue;
+    const bool ok = f.size() >= 9 && !f[0].empty() && parse_table_count(f[1], 1 << 20, ranks) &&
+                    parse_table_count(f[2], 1 << 20, machines) &&
+                    (f[3] == "ag_gemm" || f[3] == "gemm_rs" || f[3] == "gemm_a2a") &&
+                    parse_table_count(f[4], int64_t(1) << 40, e.n) &&
+                    parse_table_count(f[5], int64_t(1) << 40, e.k) &&
+                    parse_table_count(f[6], int64_t(1) << 40, e.m) &&
+                    parse_table_time(f[7], e.fused_us) && parse_table_time(f[8], e.unfused_us);
+    if (!ok) {
+      throw_error(ErrorCode::kInvalidArgument,
+                  str(path, ":", line.number, ": '", line.text,
+                      "': expected gpu, ranks, machines, op (ag_gemm, gemm_rs, gemm_a2a), n, k, m "
+                      "(integers >= 1), fused_us, unfused_us (> 0) separated by tabs"));
     }
-    throw_error(ErrorCode::kInvalidArgument,
-                str(path, ":", number, ": '", line,
-                    "': expected gpu, ranks, machines, op (ag_gemm, gemm_rs, gemm_a2a), n, k, m "
-                    "(integers >= 1), fused_us, unfused_us (> 0) separated by tabs"));
+    e.gpu = f[0];
+    e.world_size = int(ranks);
+    e.num_machines = int(machines);
+    e.op = parse_tp_op(f[3]);
+    out.push_back(e);
   }
   return out;
 }
 
 void write_tp_tune_table(const std::string& path, const std::vector<TpTuneEntry>& entries) {
   for (const TpTuneEntry& e : entries) {
-    // A tab or line break would split the row; a leading '#' would make it a comment.
-    TESSERA_CHECK_ARG(!e.gpu.empty() && e.gpu.find_first_of("\t\n\r") == std::string::npos &&
-                          !e.gpu.starts_with('#'),
-                      "tune table entry gpu = '", e.gpu,
-                      "': expected a name without tabs or line breaks, not starting with '#'");
+    check_table_name(e.gpu, "tune table entry gpu");
     TESSERA_CHECK_ARG(e.world_size >= 1 && e.num_machines >= 1 && e.n >= 1 && e.k >= 1 &&
                           e.m >= 1 && e.fused_us > 0 && e.unfused_us > 0,
                       "tune table entry for ", e.gpu, " ", tp_op_name(e.op), " M", e.m,
@@ -96,16 +68,17 @@ void write_tp_tune_table(const std::string& path, const std::vector<TpTuneEntry>
     std::erase_if(all, [&](const TpTuneEntry& old) { return same_case(old, e); });
     all.push_back(e);
   }
-  const std::filesystem::path file(path);
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
-  std::ofstream out(path, std::ios::trunc);
-  TESSERA_CHECK(bool(out), ErrorCode::kSystem, "tune table ", path, ": cannot write");
-  out << "# gpu\tranks\tmachines\top\tn\tk\tm\tfused_us\tunfused_us (tessera tune tp)\n";
+  std::vector<std::string> rows;
   for (const TpTuneEntry& e : all) {
-    out << e.gpu << '\t' << e.world_size << '\t' << e.num_machines << '\t' << tp_op_name(e.op)
+    std::ostringstream row;
+    row << e.gpu << '\t' << e.world_size << '\t' << e.num_machines << '\t' << tp_op_name(e.op)
         << '\t' << e.n << '\t' << e.k << '\t' << e.m << '\t' << e.fused_us << '\t'
-        << e.unfused_us << '\n';
+        << e.unfused_us;
+    rows.push_back(row.str());
   }
+  write_table_lines(path,
+                    "gpu\tranks\tmachines\top\tn\tk\tm\tfused_us\tunfused_us (tessera tune tp)",
+                    rows, "tune table");
 }
 
 std::optional<TpTuneEntry> tuned_row(const std::vector<TpTuneEntry>& table, const std::string& gpu,

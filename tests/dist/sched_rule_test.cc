@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "../unit/llama_test_util.h"
 #include "cpu_dist_util.h"
+#include "sched_test_util.h"
 #include "tessera/core/error.h"
 #include "tessera/model/llama_model.h"
 #include "tessera/sched/rule.h"
@@ -36,8 +36,8 @@ std::vector<SchedTuneEntry> measured() {
           {"H100", 4, 8192, 2048, "dual_batch", 95.0},
           {"H100", 4, 8192, 8192, "sequential", 300.0},
           {"H100", 4, 8192, 8192, "tokenweave", 310.0},
-          {"H100", 2, 8192, 2048, "dual_batch", 10.0},  // another degree
-          {"H200", 4, 8192, 2048, "tokenweave", 10.0},  // another GPU
+          {"H100", 2, 8192, 2048, "dual_batch", 10.0},   // another degree
+          {"H200", 4, 8192, 2048, "tokenweave", 10.0},   // another GPU
           {"H100", 4, 4096, 2048, "tokenweave", 10.0}};  // another width
 }
 
@@ -116,34 +116,17 @@ TEST(SchedRule, AutoRunsItsPickBitwiseThePlainForward) {
       };
       // Prefills of 87 rows (tokenweave measured fastest there), then a decode step of 4 rows
       // (nothing measured: sequential).
-      auto run = [&](model::LlamaModel& m, const sched::Strategy* strategy) {
-        std::vector<model::SequenceTokens> in;
-        int salt = 0;
-        for (int64_t n : {5, 9, 3, 70}) in.push_back({m.add_sequence(), test_tokens(n, ++salt)});
-        std::vector<std::vector<float>> out;
-        out.push_back(strategy ? m.forward(in, *strategy) : m.forward(in));
-        for (auto& s : in) s.tokens = {int32_t((s.seq_id * 7 + 1) % 97)};
-        out.push_back(strategy ? m.forward(in, *strategy) : m.forward(in));
-        return out;
-      };
       const sched::RuleKey key{"cpu", ctx.size, config.hidden_size};
       const auto rule = sched::make_rule_strategy(
           key, {{"cpu", ctx.size, config.hidden_size, 90, "tokenweave", 1.0},
                 {"cpu", ctx.size, config.hidden_size, 90, "sequential", 2.0}});
       EXPECT_EQ(rule->name(), "auto");
       // Its split is the pick's: tokenweave's two nano-batches at 87 rows, sequential's one at 4.
-      auto batch_of = [](const std::vector<int64_t>& lengths) {
-        model::PackedBatch b;
-        for (size_t i = 0; i < lengths.size(); ++i) {
-          b.sequences.push_back({int64_t(i), 0, lengths[i], b.total_tokens()});
-          for (int64_t p = 0; p < lengths[i]; ++p) b.positions.push_back(int32_t(p));
-        }
-        return b;
-      };
       EXPECT_EQ(rule->split(batch_of({5, 9, 3, 70})).size(), 2u);
       EXPECT_EQ(rule->split(batch_of({1, 1, 1, 1})).size(), 1u);
       model::LlamaModel plain = make(), scheduled = make();
-      EXPECT_EQ(run(scheduled, rule.get()), run(plain, nullptr)) << "rank " << ctx.rank;
+      EXPECT_EQ(prefill_then_decode(scheduled, rule.get()), prefill_then_decode(plain, nullptr))
+          << "rank " << ctx.rank;
     });
   }
 }

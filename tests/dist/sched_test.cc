@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "../unit/llama_test_util.h"
 #include "cpu_dist_util.h"
+#include "sched_test_util.h"
 #include "tessera/model/llama_model.h"
 #include "tessera/sched/schedule.h"
 
@@ -22,19 +22,6 @@ using model::SequenceTokens;
 
 constexpr uint64_t kSeed = 11;
 
-// Prefill of three sequences (lengths 5, 9, 3 and, to cross NanoFlow's threshold, 70), then
-// one decode step for all: the logits of both calls.
-std::vector<std::vector<float>> run(LlamaModel& m, const sched::Strategy* strategy) {
-  std::vector<SequenceTokens> in;
-  int salt = 0;
-  for (int64_t n : {5, 9, 3, 70}) in.push_back({m.add_sequence(), test_tokens(n, ++salt)});
-  std::vector<std::vector<float>> out;
-  out.push_back(strategy ? m.forward(in, *strategy) : m.forward(in));
-  for (auto& s : in) s.tokens = {int32_t((s.seq_id * 7 + 1) % 97)};
-  out.push_back(strategy ? m.forward(in, *strategy) : m.forward(in));
-  return out;
-}
-
 TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
   const model::DecoderConfig config = tiny_llama_config();
   for (int ranks : {1, 2, 4}) {
@@ -44,23 +31,15 @@ TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
                           {4, 64}, ctx.size > 1 ? ctx.world.get() : nullptr);
       };
       LlamaModel plain = make();
-      const std::vector<std::vector<float>> want = run(plain, nullptr);
+      const std::vector<std::vector<float>> want = prefill_then_decode(plain, nullptr);
       for (const std::string& name : sched::strategy_names()) {
         LlamaModel m = make();
         const auto strategy = sched::make_strategy(name);
-        EXPECT_EQ(run(m, strategy.get()), want) << name << " on rank " << ctx.rank << " of " << ctx.size;
+        EXPECT_EQ(prefill_then_decode(m, strategy.get()), want)
+            << name << " on rank " << ctx.rank << " of " << ctx.size;
       }
     });
   }
-}
-
-model::PackedBatch batch_of(const std::vector<int64_t>& lengths) {
-  model::PackedBatch b;
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    b.sequences.push_back({int64_t(i), 0, lengths[i], b.total_tokens()});
-    for (int64_t p = 0; p < lengths[i]; ++p) b.positions.push_back(int32_t(p));
-  }
-  return b;
 }
 
 TEST(Scheduler, NanoBatchesAreBalancedRowRangesOfWholeSequences) {

@@ -80,22 +80,14 @@ class CpuSchedModel final : public SchedModel {
   int64_t add_sequence() override { return m_.add_sequence(); }
   void release(int64_t seq) override { m_.release_sequence(seq); }
   void truncate(int64_t seq, int64_t length) override { m_.cache().truncate(seq, length); }
-  std::vector<float> logits(std::span<const SequenceTokens> in,
-                            const sched::Strategy* s) override {
-    const std::vector<float> all = s ? m_.forward(in, *s) : m_.forward(in);
-    std::vector<float> last;
-    int64_t row = 0;
-    for (const SequenceTokens& x : in) {
-      row += int64_t(x.tokens.size());
-      last.insert(last.end(), all.begin() + (row - 1) * vocab_, all.begin() + row * vocab_);
-    }
-    return last;
+  std::vector<float> logits(std::span<const SequenceTokens> in, const sched::Strategy* s) override {
+    return model::last_token_logits(s ? m_.forward(in, *s) : m_.forward(in), in, vocab_);
   }
   void step(std::span<const SequenceTokens> in, const sched::Strategy* s) override {
     const auto start = std::chrono::steady_clock::now();
     logits(in, s);
-    host_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                   .count();
+    host_us_ =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   }
   double host_us() const override { return host_us_; }
 
@@ -113,8 +105,7 @@ class CudaSchedModel final : public SchedModel {
   int64_t add_sequence() override { return m_.add_sequence(); }
   void release(int64_t seq) override { m_.release_sequence(seq); }
   void truncate(int64_t seq, int64_t length) override { m_.truncate(seq, length); }
-  std::vector<float> logits(std::span<const SequenceTokens> in,
-                            const sched::Strategy* s) override {
+  std::vector<float> logits(std::span<const SequenceTokens> in, const sched::Strategy* s) override {
     return m_.forward(in, model::LogitRows::kLast, s);
   }
   void step(std::span<const SequenceTokens> in, const sched::Strategy* s) override {
@@ -193,8 +184,10 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
     const size_t step_decodes = size_t(std::min(t, a.decodes));
     auto reset = [&](const std::vector<SequenceTokens>& in) {
       for (size_t i = 0; i < in.size(); ++i) {
-        if (i < step_decodes) m->truncate(in[i].seq_id, a.context);
-        else m->release(in[i].seq_id);
+        if (i < step_decodes)
+          m->truncate(in[i].seq_id, a.context);
+        else
+          m->release(in[i].seq_id);
       }
     };
     std::vector<float> reference;
@@ -251,14 +244,17 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
 int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
   Options opt(
       "bench sched",
-      {{"config", "", "config.json or a preset: tiny, llama3-8b, llama3-70b (default: llama3-8b "
-                      "on cuda, tiny on cpu)"},
+      {{"config", "",
+        "config.json or a preset: tiny, llama3-8b, llama3-70b (default: llama3-8b "
+        "on cuda, tiny on cpu)"},
        {"layers", "0", "decoder layers (0: the configuration's)"},
        {"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
        {"tp", "1", "tensor-parallel ranks (GPUs on cuda, rank threads on cpu)"},
-       {"tokens", "", "comma list of rows per step (default 64,2048,4096,8192 on cuda, 4,96 on cpu)"},
+       {"tokens", "",
+        "comma list of rows per step (default 64,2048,4096,8192 on cuda, 4,96 on cpu)"},
        {"decode", "", "decode sequences per step (default 64 on cuda, 4 on cpu)"},
-       {"context", "", "positions each decode sequence has cached (default 1024 on cuda, 24 on cpu)"},
+       {"context", "",
+        "positions each decode sequence has cached (default 1024 on cuda, 24 on cpu)"},
        {"prompt-len", "", "length of the step's new prompts (default 512 on cuda, 20 on cpu)"},
        {"strategies", "all",
         "comma list of strategies (sequential, nanoflow, dual_batch, tokenweave, auto: the rule "
@@ -307,13 +303,13 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     const std::vector<Measured> measured = run_rank(a, ctx, on_cuda);
     if (ctx.rank != 0) return;
-    std::printf("# tessera bench sched: %s, %lld layers, tp %d (%s), %lld decodes at context %lld, "
-                "prompts of %lld\n# %-28s %-14s %11s %10s %9s %9s %12s %9s\n",
-                model_name.c_str(), static_cast<long long>(a.config.num_hidden_layers), ctx.size,
-                on_cuda ? "cuda bf16" : "cpu f32", static_cast<long long>(a.decodes),
-                static_cast<long long>(a.context), static_cast<long long>(a.prompt_len), "case",
-                "strategy", "median_us", "tokens/s", "vs_seq", "host_us/l", "max_rel_diff",
-                "mismatch");
+    std::printf(
+        "# tessera bench sched: %s, %lld layers, tp %d (%s), %lld decodes at context %lld, "
+        "prompts of %lld\n# %-28s %-14s %11s %10s %9s %9s %12s %9s\n",
+        model_name.c_str(), static_cast<long long>(a.config.num_hidden_layers), ctx.size,
+        on_cuda ? "cuda bf16" : "cpu f32", static_cast<long long>(a.decodes),
+        static_cast<long long>(a.context), static_cast<long long>(a.prompt_len), "case", "strategy",
+        "median_us", "tokens/s", "vs_seq", "host_us/l", "max_rel_diff", "mismatch");
     std::vector<BenchRecord> records;
     std::vector<sched::SchedTuneEntry> tuned;
     size_t i = 0;
@@ -353,7 +349,8 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
       const auto best = std::min_element(first, last, [](const Measured& x, const Measured& y) {
         return x.strategy != "auto" && (y.strategy == "auto" || x.median_us < y.median_us);
       });
-      const auto rule = std::find_if(first, last, [](const Measured& x) { return x.strategy == "auto"; });
+      const auto rule =
+          std::find_if(first, last, [](const Measured& x) { return x.strategy == "auto"; });
       std::printf("  # %s: fastest %s", name.c_str(), best->strategy.c_str());
       if (rule != last)
         std::printf("; auto ran %s, %.1f%% behind", rule->picked.c_str(),
@@ -361,7 +358,8 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
       std::printf("\n");
       for (auto m = first; m != last; ++m) {
         if (m->strategy != "auto")
-          tuned.push_back({gpu_name(ctx), ctx.size, a.config.hidden_size, t, m->strategy, m->median_us});
+          tuned.push_back(
+              {gpu_name(ctx), ctx.size, a.config.hidden_size, t, m->strategy, m->median_us});
       }
     }
     if (!opt.text("tune-table").empty()) {
@@ -370,8 +368,8 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
                   opt.text("tune-table").c_str());
     }
     if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
-    const auto bad = std::count_if(records.begin(), records.end(),
-                                   [](const BenchRecord& r) { return !r.ok; });
+    const auto bad =
+        std::count_if(records.begin(), records.end(), [](const BenchRecord& r) { return !r.ok; });
     if (bad != 0)
       throw_error(ErrorCode::kInternal,
                   str("bench sched: ", bad, " strategies differ from sequential beyond rounding"));

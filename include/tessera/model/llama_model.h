@@ -34,6 +34,11 @@ struct SequenceTokens {
   std::vector<int32_t> tokens;  // new tokens, each in [0, vocab_size)
 };
 
+// Each input's last new row of `logits` ([T, vocab], rows packed in input order, as forward()
+// returns them): [inputs, vocab], what decoding reads.
+std::vector<float> last_token_logits(std::span<const float> logits,
+                                     std::span<const SequenceTokens> inputs, int64_t vocab);
+
 class LlamaModel {
  public:
   // weights: this rank's (random_llama_weights / load_llama_weights for the same config, rank

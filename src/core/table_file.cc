@@ -1,0 +1,59 @@
+// The tuning tables' shared file format (table_file.h).
+#include "tessera/core/table_file.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tessera/core/error.h"
+
+namespace tessera {
+
+std::vector<TableLine> read_table_lines(const std::string& path) {
+  std::vector<TableLine> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty() || line[0] == '#') continue;
+    TableLine row{number, line, {}};
+    std::istringstream fields(line);
+    for (std::string field; std::getline(fields, field, '\t');) row.fields.push_back(field);
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
+bool parse_table_count(const std::string& text, int64_t limit, int64_t& value) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || v < 1 || v > limit) return false;
+  value = v;
+  return true;
+}
+
+bool parse_table_time(const std::string& text, double& value) {
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return !text.empty() && *end == '\0' && std::isfinite(value) && value > 0;
+}
+
+void check_table_name(const std::string& name, const std::string& what) {
+  TESSERA_CHECK_ARG(
+      !name.empty() && name.find_first_of("\t\n\r") == std::string::npos && !name.starts_with('#'),
+      what, " = '", name, "': expected a name without tabs or line breaks, not starting with '#'");
+}
+
+void write_table_lines(const std::string& path, const std::string& header,
+                       const std::vector<std::string>& rows, const std::string& what) {
+  const std::filesystem::path file(path);
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  std::ofstream out(path, std::ios::trunc);
+  TESSERA_CHECK(bool(out), ErrorCode::kSystem, what, " ", path, ": cannot write");
+  out << "# " << header << '\n';
+  for (const std::string& row : rows) out << row << '\n';
+}
+
+}  // namespace tessera
