@@ -94,8 +94,9 @@ std::string Gemm::config_name() const {
 }
 
 void Gemm::run(const TensorView& a, const TensorView& b, const TensorView& bias,
-               const TensorView& out, const Stream& stream) const {
+               const TensorView& out, const Stream& stream, int max_sms) const {
   const GemmShape& s = impl_->shape;
+  TESSERA_CHECK_ARG(max_sms >= 0, "max_sms = ", max_sms, ": expected >= 0 (0: every multiprocessor)");
   const Device device = impl_->device;
   check_operand(a, s.m, s.k, s.dtype, device, "a");
   check_operand(b, s.weight_nk ? s.n : s.k, s.weight_nk ? s.k : s.n, s.dtype, device, "b");
@@ -108,7 +109,8 @@ void Gemm::run(const TensorView& a, const TensorView& b, const TensorView& bias,
   }
   const void* bias_data = s.bias ? bias.data() : nullptr;
 #ifdef TESSERA_WITH_CUDA
-  if (impl_->cuda) return impl_->cuda->run(a.data(), b.data(), bias_data, out.data(), stream);
+  if (impl_->cuda)
+    return impl_->cuda->run(a.data(), b.data(), bias_data, out.data(), stream, max_sms);
 #endif
   TESSERA_CHECK_ARG(stream.backend() == Backend::kCpu, "stream: a ", backend_name(stream.backend()),
                     " stream for a cpu GEMM: expected a cpu stream");

@@ -16,8 +16,9 @@ class CudaGemm {
   virtual ~CudaGemm() = default;
   virtual GemmImpl impl() const = 0;
   virtual std::string config_name() const = 0;  // kHopper's configuration; "" for cuBLASLt
-  virtual void run(const void* a, const void* b, const void* bias, void* out,
-                   const Stream& stream) const = 0;
+  // max_sms: Gemm::run's (0: all).
+  virtual void run(const void* a, const void* b, const void* bias, void* out, const Stream& stream,
+                   int max_sms) const = 0;
 };
 // kHopper, kSkinny or kCublasLt (kAuto resolved by the caller: auto_impl()); kHopper runs
 // `config`, or choose_gemm_config()'s pick without one.

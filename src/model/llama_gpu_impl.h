@@ -88,9 +88,10 @@ struct LlamaGpuModel::Impl {
   // or ordered by `strategy` over its nano-batches (llama_gpu_schedule.cc).
   void run_step(const Step& step, const sched::Strategy* strategy);
   void run_layer(int64_t layer, const Step& step, const Part& all);  // all = whole(step)
-  // One logical operation of layer `layer` over the rows of `part`, on `on`
-  // (llama_gpu_ops.cc); run_layer is the nine in order over the whole step.
-  void run_op(int64_t layer, LlamaOp op, const Part& part, const Stream& on);
+  // One logical operation of layer `layer` over the rows of `part`, on `on`, its GEMMs on at most
+  // gemm_sms multiprocessors (0: all) (llama_gpu_ops.cc); run_layer is the nine in order over
+  // the whole step.
+  void run_op(int64_t layer, LlamaOp op, const Part& part, const Stream& on, int gemm_sms = 0);
   void attend(int64_t layer, const Part& part, const Stream& on);
   // A strategy's fused group: the all-reduce before layer `layer`'s `norm` (kAttnNorm: the
   // previous layer's MLP all-reduce; kMlpNorm: this layer's attention all-reduce) and the norm.
@@ -142,9 +143,9 @@ struct LlamaGpuModel::Impl {
   std::map<std::pair<int64_t, std::string>, std::unique_ptr<detail::CudaGraph>> graphs;
 #endif
   std::set<std::pair<int64_t, std::string>> eager_batches;  // run once eagerly (plans made)
-  // A strategy's streams beside `stream` (which runs the compute operations): memory-bound and
-  // network operations; made at the first scheduled step.
-  std::optional<Stream> memory_stream, network_stream;
+  // A strategy's streams, forked from `stream` and joined to it around the layers: compute,
+  // memory-bound and network operations; made at the first scheduled step.
+  std::optional<Stream> compute_stream, memory_stream, network_stream;
   std::optional<Event> hop;  // orders a nano-batch's operations across streams
   double last_host_us = 0;   // the host time of the last execute()
   struct FusedDecode {

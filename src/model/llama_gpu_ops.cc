@@ -67,7 +67,8 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step, const Part& all
     run_op(l, LlamaOp(op), all, stream);
 }
 
-void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const Stream& on) {
+void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const Stream& on,
+                                 int gemm_sms) {
   const LayerWeights& w = layers[size_t(l)];
   const int64_t d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
   const int64_t qw = shapes.q_width(), kvw = shapes.kv_width(), f = shapes.intermediate;
@@ -76,7 +77,7 @@ void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const 
   const TensorView xs = rows(x, part), res = rows(residual, part), hs = rows(h, part);
   auto linear_into = [&](LinearKind kind, const TensorView& in, const Tensor& weight,
                          const Tensor& bias, const TensorView& out) {
-    linear(kind, t).run(in, weight, bias.data() ? bias.view() : TensorView{}, out, on);
+    linear(kind, t).run(in, weight, bias.data() ? bias.view() : TensorView{}, out, on, gemm_sms);
   };
   // Row-parallel projections write a partial sum that the next operation all-reduces.
   const TensorView projected = comm == nullptr ? xs : rows(partial, part);

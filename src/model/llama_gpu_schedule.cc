@@ -1,11 +1,13 @@
 // The layers of a step ordered by a scheduler strategy on the cuda backend (DynaFlow's
 // backend): the strategy's nano-batches are parts of the step's buffers (views, no copies),
-// each operation runs on its kind's stream (compute on the model's stream, memory-bound and
-// network operations on two more), a nano-batch's operation that follows one on another stream
-// waits for it through an event, and the side streams fork from the model's stream before the
-// layers and join it after them: no host synchronization inside the step, and the whole of it
-// can be captured in one CUDA graph.
+// each operation runs on the stream its strategy places it on (by default its kind's: compute,
+// memory-bound or network), its GEMMs on the share of the multiprocessors the placement gives,
+// a nano-batch's operation that follows one on another stream waits for it through an event,
+// and the three streams fork from the model's stream before the layers and join it after them:
+// no host synchronization inside the step, and the whole of it can be captured in one CUDA
+// graph.
 #include <algorithm>
+#include <array>
 
 #include "model/llama_gpu_impl.h"
 #include "tessera/core/error.h"
@@ -14,9 +16,13 @@
 namespace tessera::model {
 
 void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::Strategy& strategy) {
-  if (!memory_stream) {
-    memory_stream = Stream::create_cuda(device.index);
-    network_stream = Stream::create_cuda(device.index);
+  if (!compute_stream) {
+    // Priorities: when a kernel's CTAs retire, a waiting GEMM's take their multiprocessors before
+    // a memory-bound kernel's pending ones (so a GEMM limited to a share of them gets its share),
+    // and the collectives' few CTAs before both.
+    compute_stream = Stream::create_cuda(device.index, -1);
+    memory_stream = Stream::create_cuda(device.index, 0);
+    network_stream = Stream::create_cuda(device.index, -2);
     hop = Event::create(stream);
   }
   const std::vector<sched::NanoBatch> nanos = strategy.split(step.batch);
@@ -24,23 +30,23 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
   for (const sched::NanoBatch& n : nanos) {
     parts.push_back(part_of(step, int64_t(n.first_seq), int64_t(n.num_seqs)));
   }
-  auto stream_for = [&](LlamaOp op) -> const Stream& {
-    switch (llama_op_kind(op)) {
+  auto stream_for = [&](LlamaOp op, const sched::Placement& where) -> const Stream& {
+    switch (where.stream.value_or(llama_op_kind(op))) {
       case OpKind::kCompute:
-        return stream;
+        return *compute_stream;
       case OpKind::kMemory:
         return *memory_stream;
       case OpKind::kNetwork:
         return *network_stream;
     }
-    return stream;
+    return *compute_stream;
   };
-  // Fork: the side streams start after the embedding (and the previous step's head).
+  const std::array<const Stream*, 3> sides = {&*compute_stream, &*memory_stream, &*network_stream};
+  // Fork: the strategy's streams start after the embedding (and the previous step's head).
   hop->record(stream);
-  hop->wait_on(*memory_stream);
-  hop->wait_on(*network_stream);
+  for (const Stream* side : sides) hop->wait_on(*side);
   // The stream each nano-batch's last operation ran on.
-  std::vector<const Stream*> last(parts.size(), &stream);
+  std::vector<const Stream*> last(parts.size(), &*compute_stream);
   // Nano-batch n's operation runs on `on`: after its previous one, wherever that ran.
   auto enter = [&](const sched::NanoBatch& nano, const Stream& on) {
     const size_t n = size_t(
@@ -56,9 +62,12 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
   };
   sched::ScheduleContext ctx(
       shapes.num_layers, nanos,
-      [&](const sched::NanoBatch& nano, sched::Step op) {
-        const Stream& on = stream_for(op.op);
-        run_op(op.layer, op.op, parts[enter(nano, on)], on);
+      [&](const sched::NanoBatch& nano, sched::Step op, const sched::Placement& where) {
+        const Stream& on = stream_for(op.op, where);
+        const int sms = where.gemm_sm_percent >= 100
+                            ? 0
+                            : std::max(1, sm_count * where.gemm_sm_percent / 100);
+        run_op(op.layer, op.op, parts[enter(nano, on)], on, sms);
       },
       // The one fused group a layer has: an all-reduce and the RMSNorm that reads it, on the
       // network stream.
@@ -72,12 +81,13 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
                           ": expected an all-reduce and the RMSNorm after it");
         run_all_reduce_norm(norm_layer, after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm,
                             parts[enter(nano, *network_stream)], *network_stream);
-      });
+      },
+      comm == nullptr ? 1 : comm->size());
   strategy.schedule(ctx);
   TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),
                 " returned before running every operation");
   // Join: the head runs on `stream` after every nano-batch's last operation.
-  for (const Stream* side : {&*memory_stream, &*network_stream}) {
+  for (const Stream* side : sides) {
     hop->record(*side);
     hop->wait_on(stream);
   }

@@ -149,7 +149,7 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
     };
     sched::ScheduleContext ctx(
         int64_t(layers_.size()), strategy.split(batch),
-        [&](const sched::NanoBatch& nano, sched::Step step) {
+        [&](const sched::NanoBatch& nano, sched::Step step, const sched::Placement&) {
           layers_[size_t(step.layer)].run_op(step.op, batch, range(nano), x, residual, buffers,
                                              cache_, comm_, stream_);
         },
@@ -165,7 +165,8 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
           layers_[size_t(norm_layer)].run_all_reduce_norm(
               after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm, batch, range(nano), x,
               residual, buffers, comm_, stream_);
-        });
+        },
+        comm_ == nullptr ? 1 : comm_->size());
     strategy.schedule(ctx);
     TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),
                   " returned before running every operation");

@@ -1,33 +1,54 @@
-// NanoFlow (schedule.h): two token-balanced nano-batches when the batch is large enough; the
-// next operation comes from the other nano-batch when its ready operation is of another kind
-// than the one that ran last (a GEMM beside the other nano-batch's attention or all-reduce).
+// NanoFlow (schedule.h) on one GPU's streams: two token-balanced nano-batches, each run up to and
+// including its next attention (and, where the collectives span ranks, its next collective),
+// then the other's turn; so one nano-batch's decode attention (memory-bound, on the memory
+// stream) and collectives (network) run beside the other's GEMMs (compute). The norms go on the
+// compute stream: they are short, and on the memory stream they would queue behind the other
+// nano-batch's attention and stall their own GEMMs. The GEMMs that run while the other
+// nano-batch's attention is in flight take gemm_sm_percent of the multiprocessors, so the
+// attention keeps the rest (a persistent GEMM would hold them all until it ends).
 #include "sched/strategies.h"
+#include "tessera/core/error.h"
 
 namespace tessera::sched {
+
+std::string NanoFlowStrategy::name() const {
+  return gemm_sm_percent_ == kNanoFlowGemmSmPercent ? "nanoflow"
+                                                    : str("nanoflow:", gemm_sm_percent_);
+}
 
 std::vector<NanoBatch> NanoFlowStrategy::split(const model::PackedBatch& batch) const {
   return token_balanced_split(batch, batch.total_tokens() >= kNanoFlowMinTokens ? 2 : 1);
 }
 
 void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {
-  const int count = ctx.num_nano_batches();
-  std::optional<model::OpKind> last_kind;
-  int last = count - 1;
+  using model::LlamaOp;
+  using model::OpKind;
+  const bool collectives_wait = ctx.group_size() > 1;
+  // The nano-batch whose attention may still be running: from its issue until that
+  // nano-batch's next compute operation (which waits for it on the compute stream).
+  int attending = -1;
+  int n = 0;
   while (!ctx.finished()) {
-    // The next nano-batch after the last one run whose ready operation is of another kind
-    // (it overlaps what is in flight), else the next one with anything ready.
-    int pick = -1, fallback = -1;
-    for (int i = 1; i <= count && pick < 0; ++i) {
-      const int n = (last + i) % count;
-      const std::optional<Step> s = ctx.ready(n);
-      if (!s) continue;
-      if (fallback < 0) fallback = n;
-      if (!last_kind || model::llama_op_kind(s->op) != *last_kind) pick = n;
+    while (const std::optional<Step> s = ctx.ready(n)) {
+      Placement where;
+      OpKind kind = model::llama_op_kind(s->op);
+      const bool norm = s->op == LlamaOp::kAttnNorm || s->op == LlamaOp::kMlpNorm;
+      if (norm || (kind == OpKind::kNetwork && !collectives_wait)) kind = OpKind::kCompute;
+      where.stream = kind;
+      if (kind == OpKind::kCompute) {
+        if (attending == n)
+          attending = -1;
+        else if (attending >= 0)
+          where.gemm_sm_percent = gemm_sm_percent_;
+      }
+      ctx.run_next(n, where);
+      if (s->op == LlamaOp::kAttention) {
+        attending = n;
+        break;
+      }
+      if (kind == OpKind::kNetwork) break;
     }
-    if (pick < 0) pick = fallback;
-    last_kind = model::llama_op_kind(ctx.ready(pick)->op);
-    last = pick;
-    ctx.run_next(pick);
+    n = (n + 1) % ctx.num_nano_batches();
   }
 }
 

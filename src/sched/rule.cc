@@ -23,16 +23,14 @@ bool same_case(const SchedTuneEntry& a, const SchedTuneEntry& b) {
          a.strategy == b.strategy;
 }
 
-bool known_strategy(const std::string& name) {
-  const std::vector<std::string> names = strategy_names();
-  return std::find(names.begin(), names.end(), name) != names.end();
-}
-
 class RuleStrategy final : public Strategy {
  public:
   RuleStrategy(RuleKey key, std::vector<SchedTuneEntry> table)
       : key_(std::move(key)), table_(std::move(table)) {
-    for (const std::string& name : strategy_names()) strategies_[name] = make_strategy(name);
+    strategies_["sequential"] = make_strategy("sequential");
+    for (const SchedTuneEntry& e : table_) {
+      if (!strategies_.count(e.strategy)) strategies_[e.strategy] = make_strategy(e.strategy);
+    }
   }
   std::string name() const override { return "auto"; }
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override {
@@ -74,7 +72,7 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
       throw_error(ErrorCode::kInvalidArgument,
                   str(path, ":", line.number, ": '", line.text,
                       "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
-                      "sequential, nanoflow, dual_batch or tokenweave) and median_us (> 0) "
+                      "sequential, nanoflow[:P], dual_batch or tokenweave) and median_us (> 0) "
                       "separated by tabs"));
     }
     e.gpu = f[0];
@@ -148,7 +146,7 @@ std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const Rul
   if (known_strategy(name)) return make_strategy(name);
   throw_error(ErrorCode::kInvalidArgument,
               str("strategy = '", name,
-                  "': expected sequential, nanoflow, dual_batch, tokenweave or auto (the rule)"));
+                  "': expected sequential, nanoflow[:P], dual_batch, tokenweave or auto (the rule)"));
 }
 
 }  // namespace tessera::sched

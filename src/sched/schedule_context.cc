@@ -27,12 +27,14 @@ std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int
 }
 
 ScheduleContext::ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
-                                 FusedExecutor execute_fused)
+                                 FusedExecutor execute_fused, int group_size)
     : layers_(layers),
+      group_size_(group_size),
       nanos_(std::move(nanos)),
       execute_(std::move(execute)),
       execute_fused_(std::move(execute_fused)) {
   TESSERA_CHECK_ARG(layers >= 0, "layers = ", layers, ": expected >= 0");
+  TESSERA_CHECK_ARG(group_size >= 1, "group_size = ", group_size, ": expected >= 1");
   next_.assign(nanos_.size(), 0);
 }
 
@@ -69,9 +71,11 @@ void ScheduleContext::check_ready(int n, Step step) const {
   }
 }
 
-void ScheduleContext::run(int n, Step step) {
+void ScheduleContext::run(int n, Step step, const Placement& where) {
   check_ready(n, step);
-  execute_(nanos_[size_t(n)], step);
+  TESSERA_CHECK_ARG(where.gemm_sm_percent >= 1 && where.gemm_sm_percent <= 100,
+                    "gemm_sm_percent = ", where.gemm_sm_percent, ": expected 1 to 100");
+  execute_(nanos_[size_t(n)], step, where);
   ++next_[size_t(n)];
   trace_.push_back({n, step});
 }
@@ -92,10 +96,10 @@ void ScheduleContext::run_fused(int n, Step first, int count) {
   }
 }
 
-void ScheduleContext::run_next(int n) {
+void ScheduleContext::run_next(int n, const Placement& where) {
   const std::optional<Step> step = ready(n);
   TESSERA_CHECK_ARG(step.has_value(), "nano-batch ", n, ": nothing left to run");
-  run(n, *step);
+  run(n, *step, where);
 }
 
 bool ScheduleContext::finished() const {

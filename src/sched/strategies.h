@@ -5,8 +5,12 @@
 
 namespace tessera::sched {
 
-// NanoFlow splits batches of at least this many tokens (below, overlap cannot pay).
+// NanoFlow splits batches of at least this many tokens (below, overlap cannot pay; where it
+// measured slower above, the rule, sched/rule.h, runs sequential instead).
 inline constexpr int64_t kNanoFlowMinTokens = 64;
+// The share of the multiprocessors NanoFlow's GEMMs take while the other nano-batch's attention
+// runs (bench sched's nanoflow:P sweep).
+inline constexpr int kNanoFlowGemmSmPercent = 75;
 
 class SequentialStrategy final : public Strategy {
  public:
@@ -17,9 +21,13 @@ class SequentialStrategy final : public Strategy {
 
 class NanoFlowStrategy final : public Strategy {
  public:
-  std::string name() const override { return "nanoflow"; }
+  explicit NanoFlowStrategy(int gemm_sm_percent) : gemm_sm_percent_(gemm_sm_percent) {}
+  std::string name() const override;
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
   void schedule(ScheduleContext& ctx) const override;
+
+ private:
+  int gemm_sm_percent_;
 };
 
 class DualBatchStrategy final : public Strategy {

@@ -11,6 +11,7 @@
 
 #include "cpu_dist_util.h"
 #include "sched_test_util.h"
+#include "tessera/core/error.h"
 #include "tessera/model/llama_model.h"
 #include "tessera/sched/schedule.h"
 
@@ -32,7 +33,9 @@ TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
       };
       LlamaModel plain = make();
       const std::vector<std::vector<float>> want = prefill_then_decode(plain, nullptr);
-      for (const std::string& name : sched::strategy_names()) {
+      std::vector<std::string> names = sched::strategy_names();
+      names.push_back("nanoflow:40");  // another share of the multiprocessors: the same order
+      for (const std::string& name : names) {
         LlamaModel m = make();
         const auto strategy = sched::make_strategy(name);
         EXPECT_EQ(prefill_then_decode(m, strategy.get()), want)
@@ -73,7 +76,7 @@ TEST(Scheduler, NanoBatchesAreBalancedRowRangesOfWholeSequences) {
 TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   std::vector<std::pair<int, sched::Step>> ran;
   sched::ScheduleContext ctx(2, {{0, 1, 0, 4}, {1, 1, 4, 4}},
-                             [&](const sched::NanoBatch& n, sched::Step s) {
+                             [&](const sched::NanoBatch& n, sched::Step s, const sched::Placement&) {
                                ran.push_back({int(n.first_seq), s});
                              });
   ctx.run_next(0);  // layer 0 attn_norm of nano-batch 0
@@ -90,9 +93,19 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   EXPECT_TRUE(ctx.finished());
   EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
   expect_error([] { sched::make_strategy("flux"); }, ErrorCode::kInvalidArgument,
-               {"strategy = 'flux'", "sequential, nanoflow, dual_batch or tokenweave"});
+               {"strategy = 'flux'", "sequential, nanoflow[:P], dual_batch or tokenweave"});
+  for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x"})
+    expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
+                 {str("strategy = '", bad, "'"), "1 to 100"});
+  EXPECT_EQ(sched::make_strategy("nanoflow:60")->name(), "nanoflow:60");
+  EXPECT_TRUE(sched::known_strategy("nanoflow:60"));
+  EXPECT_FALSE(sched::known_strategy("nanoflow:-1"));
+  sched::ScheduleContext placed(1, {{0, 1, 0, 4}},
+                                [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
+  expect_error([&] { placed.run_next(0, {std::nullopt, 0}); }, ErrorCode::kInvalidArgument,
+               {"gemm_sm_percent = 0", "1 to 100"});
   // Fused groups: only from the ready step, only with a fused executor, not past the chain.
-  sched::ScheduleContext fused(1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step) {},
+  sched::ScheduleContext fused(1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
                                [](const sched::NanoBatch&, sched::Step, int) {});
   expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kQkv}, 2); },
                ErrorCode::kInvalidArgument, {"layer 0 qkv before its input"});
@@ -100,7 +113,7 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
                ErrorCode::kInvalidArgument, {"past the end of its chain"});
   expect_error([&] { ctx.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 1); },
                ErrorCode::kInvalidArgument, {"after its last operation"});
-  sched::ScheduleContext plain(1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step) {});
+  sched::ScheduleContext plain(1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
   expect_error([&] { plain.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 2); },
                ErrorCode::kInvalidArgument, {"no fused executor"});
 }
@@ -129,18 +142,58 @@ TEST(Scheduler, TheModelRefusesAFusedGroupItHasNoFormOf) {
 // The orders the strategies choose on two nano-batches of two layers.
 TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
   const std::vector<sched::NanoBatch> two = {{0, 1, 0, 40}, {1, 1, 40, 40}};
-  auto trace_of = [&](const std::string& name) {
-    sched::ScheduleContext ctx(2, two, [](const sched::NanoBatch&, sched::Step) {},
-                               [](const sched::NanoBatch&, sched::Step, int) {});
+  std::vector<sched::Placement> placed;  // of the last trace_of's operations, in order
+  auto trace_of = [&](const std::string& name, int group_size = 1) {
+    placed.clear();
+    sched::ScheduleContext ctx(
+        2, two,
+        [&](const sched::NanoBatch&, sched::Step, const sched::Placement& p) {
+          placed.push_back(p);
+        },
+        [](const sched::NanoBatch&, sched::Step, int) {}, group_size);
     sched::make_strategy(name)->schedule(ctx);
     EXPECT_TRUE(ctx.finished()) << name;
     return ctx.trace();
   };
-  // NanoFlow: no two operations of one kind in a row while the other nano-batch has another.
-  const auto nf = trace_of("nanoflow");
-  int switches = 0;
-  for (size_t i = 1; i < nf.size(); ++i) switches += nf[i].first != nf[i - 1].first;
-  EXPECT_GE(switches, int(nf.size()) / 2) << "nanoflow barely interleaves";
+  using model::LlamaOp;
+  using model::OpKind;
+  // NanoFlow: a nano-batch hands over right after its attention (and, across ranks, after its
+  // collectives), and only then; everything but the attention (and real collectives) on the
+  // compute stream; the compute operations between one nano-batch's attention and its own next
+  // compute operation run on nanoflow:P's share of the multiprocessors, the others on all.
+  for (int group : {1, 2}) {
+    SCOPED_TRACE(group);
+    const auto nf = trace_of("nanoflow:60", group);
+    ASSERT_EQ(placed.size(), nf.size());
+    int attending = -1, switches = 0, shared = 0;
+    for (size_t i = 0; i < nf.size(); ++i) {
+      const auto [n, s] = nf[i];
+      const OpKind kind = model::llama_op_kind(s.op);
+      const OpKind want = s.op == LlamaOp::kAttention             ? OpKind::kMemory
+                          : kind == OpKind::kNetwork && group > 1 ? OpKind::kNetwork
+                                                                   : OpKind::kCompute;
+      EXPECT_EQ(placed[i].stream, want) << "at " << i;
+      if (i > 0 && n != nf[i - 1].first) {
+        ++switches;
+        const sched::Step prev = nf[i - 1].second;
+        const bool chain_done = prev.layer == 1 && prev.op == LlamaOp::kMlpAllReduce;
+        EXPECT_TRUE(prev.op == LlamaOp::kAttention || chain_done ||
+                    (group > 1 && model::llama_op_kind(prev.op) == OpKind::kNetwork))
+            << "switch at " << i;
+      }
+      if (want == OpKind::kCompute) {
+        const bool beside = attending >= 0 && attending != n;
+        if (attending == n) attending = -1;
+        EXPECT_EQ(placed[i].gemm_sm_percent, beside ? 60 : 100) << "at " << i;
+        shared += beside;
+      }
+      if (s.op == LlamaOp::kAttention) attending = n;
+    }
+    EXPECT_GE(switches, 4);                 // after each of the four attentions
+    // On one rank most compute operations run beside an attention; across ranks each nano-batch
+    // also hands over at its collectives, so fewer do.
+    EXPECT_GE(shared, group == 1 ? int(nf.size()) / 3 : 4);
+  }
   // Dual-batch: a nano-batch hands over right after each of its collectives, and only then.
   const auto db = trace_of("dual_batch");
   for (size_t i = 1; i < db.size(); ++i) {
@@ -162,9 +215,13 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
       EXPECT_TRUE(after_norm_or_last) << "switch at " << i;
     }
   }
-  // Sequential: nano-batch 0's chain, then 1's.
+  // Sequential: nano-batch 0's chain, then 1's, all on the compute stream.
   const auto seq = trace_of("sequential");
-  for (size_t i = 0; i < seq.size(); ++i) EXPECT_EQ(seq[i].first, i < seq.size() / 2 ? 0 : 1);
+  for (size_t i = 0; i < seq.size(); ++i) {
+    EXPECT_EQ(seq[i].first, i < seq.size() / 2 ? 0 : 1);
+    EXPECT_EQ(placed[i].stream, OpKind::kCompute);
+    EXPECT_EQ(placed[i].gemm_sm_percent, 100);
+  }
 }
 
 }  // namespace

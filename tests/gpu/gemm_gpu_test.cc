@@ -1,7 +1,7 @@
 // The Hopper GEMM building block (kHopper) and cuBLASLt on one GPU against a float64 reference:
 // both weight layouts, with and without bias, bf16 and f16, M from 1 to 4096 including sizes no
 // tile divides; the building block within the same bound as cuBLASLt; each call run twice,
-// bitwise alike.
+// bitwise alike, and once on 20 multiprocessors, to one rounding of the first.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -69,6 +69,24 @@ TEST(GemmGpu, BuildingBlockSkinnyAndCublasLtMatchTheReference) {
             std::vector<std::byte> again(got.size());
             ASSERT_EQ(cudaMemcpy(again.data(), out.ptr, again.size(), cudaMemcpyDeviceToHost), cudaSuccess);
             EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size()), 0) << "second call not bitwise the first";
+          }
+          {  // on a share of the multiprocessors (max_sms: the scheduler's partition): the same
+             // products, to one rounding (stream-K splits the K loop by the grid's size)
+            ASSERT_EQ(cudaMemset(out.ptr, 0xff, got.size()), cudaSuccess);
+            gemm.run(TensorView(a.ptr, dtype, gpu, {c.m, c.k}),
+                     weight_nk ? TensorView(b.ptr, dtype, gpu, {c.n, c.k}) : TensorView(b.ptr, dtype, gpu, {c.k, c.n}),
+                     bias ? TensorView(bias_d.ptr, dtype, gpu, {c.n}) : TensorView(),
+                     TensorView(out.ptr, dtype, gpu, {c.m, c.n}), stream, /*max_sms=*/20);
+            stream.synchronize();
+            std::vector<std::byte> shared(got.size());
+            ASSERT_EQ(cudaMemcpy(shared.data(), out.ptr, shared.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+            const double rounding = dtype == DType::kBF16 ? 1.0 / 128 : 1.0 / 1024;
+            int differ = 0;
+            for (int64_t i = 0; i < c.m * c.n; ++i) {
+              const double x = load_as_float(got.data(), dtype, i), y = load_as_float(shared.data(), dtype, i);
+              differ += !(std::fabs(x - y) <= rounding * std::max(1.0, std::fabs(x)));
+            }
+            EXPECT_EQ(differ, 0) << "on 20 multiprocessors, elements beyond one rounding of the full grid's";
           }
           const double eps = dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
           int failures = 0;

@@ -1,9 +1,9 @@
 // `tessera bench sched`: one Llama-family stack under each scheduler strategy (sched/schedule.h)
 // side by side, on steps that mix decodes and prefills as a serving engine's do (NanoFlow's and
-// DynaFlow's setting): per step, --decode sequences with --context positions cached take one
-// token each, and new prompts of --prompt-len (the last one shorter) fill the step to --tokens
-// rows; a --tokens not above --decode is a decode-only step of that many sequences (replayed
-// from CUDA graphs on cuda).
+// DynaFlow's setting): per step, --decode sequences (one count for every --tokens, or one each)
+// with --context positions cached take one token each, and new prompts of --prompt-len (the
+// last one shorter) fill the step to --tokens rows; a --tokens not above its --decode is a
+// decode-only step of that many sequences (replayed from CUDA graphs on cuda).
 //   Each strategy first runs one step whose logits are compared with sequential's (cpu: bitwise;
 //   cuda: the largest difference relative to the largest logit, bf16 rounding expected), then
 //   --iters timed steps (median of the slowest rank; every step after a barrier). Between steps
@@ -42,16 +42,22 @@ using model::SequenceTokens;
 struct SchedArgs {
   model::DecoderConfig config;
   std::vector<int64_t> tokens;
-  int64_t decodes = 0, context = 0, prompt_len = 0, page = 16;
+  std::vector<int64_t> decodes;  // per --tokens entry
+  int64_t context = 0, prompt_len = 0, page = 16;
   int warmup = 2, iters = 10;
   uint64_t seed = 1;
   std::vector<std::string> strategies;
 };
 
-// Prompts of one step of `t` rows beside `decodes` decode rows.
-std::vector<int64_t> prompt_lengths(const SchedArgs& a, int64_t t) {
+// The decode rows of case i (a.tokens[i] rows): at most its --decode.
+int64_t step_decodes(const SchedArgs& a, size_t i) {
+  return std::min(a.tokens[i], a.decodes[i]);
+}
+
+// Prompts of case i beside its decode rows.
+std::vector<int64_t> prompt_lengths(const SchedArgs& a, size_t i) {
   std::vector<int64_t> out;
-  for (int64_t left = t - std::min(t, a.decodes); left > 0; left -= a.prompt_len)
+  for (int64_t left = a.tokens[i] - step_decodes(a, i); left > 0; left -= a.prompt_len)
     out.push_back(std::min(left, a.prompt_len));
   return out;
 }
@@ -125,23 +131,24 @@ struct Measured {
 };
 
 std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cuda) {
-  int64_t most_rows = 0, most_inputs = 0, prompt_pages = 0;
-  for (int64_t t : a.tokens) {
-    const auto prompts = prompt_lengths(a, t);
-    most_rows = std::max(most_rows, t);
-    most_inputs = std::max(most_inputs, std::min(t, a.decodes) + int64_t(prompts.size()));
+  int64_t most_rows = 0, most_inputs = 0, prompt_pages = 0, most_decodes = 0;
+  for (size_t i = 0; i < a.tokens.size(); ++i) {
+    const auto prompts = prompt_lengths(a, i);
+    most_rows = std::max(most_rows, a.tokens[i]);
+    most_decodes = std::max(most_decodes, step_decodes(a, i));
+    most_inputs = std::max(most_inputs, step_decodes(a, i) + int64_t(prompts.size()));
     int64_t pages = 0;
     for (int64_t p : prompts) pages += (p + a.page - 1) / a.page;
     prompt_pages = std::max(prompt_pages, pages);
   }
-  const int64_t decode_pages = a.decodes * ((a.context + 1 + a.page - 1) / a.page);
+  const int64_t decode_pages = most_decodes * ((a.context + 1 + a.page - 1) / a.page);
   std::unique_ptr<SchedModel> m;
   if (on_cuda) {
     model::LlamaGpuOptions o;
     o.device = ctx.device.index;
     o.cache = {a.page, decode_pages + prompt_pages};
     o.max_tokens = std::max(most_rows, a.context);
-    o.max_batch = std::max(most_inputs, a.decodes);
+    o.max_batch = std::max(most_inputs, most_decodes);
     o.max_context = std::max(a.context + 1, a.prompt_len);
     o.max_logit_rows = o.max_batch;
     m = std::make_unique<CudaSchedModel>(a, ctx, o);
@@ -157,9 +164,9 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
   // The decode sequences' contexts, prefilled as many at a time as a step's rows allow.
   std::vector<SequenceTokens> decodes;
   const int64_t per_fill = std::max<int64_t>(1, std::max(most_rows, a.context) / a.context);
-  for (int64_t s = 0; s < a.decodes; s += per_fill) {
+  for (int64_t s = 0; s < most_decodes; s += per_fill) {
     std::vector<SequenceTokens> fill;
-    for (int64_t i = s; i < std::min(a.decodes, s + per_fill); ++i)
+    for (int64_t i = s; i < std::min(most_decodes, s + per_fill); ++i)
       fill.push_back({m->add_sequence(), random_tokens(a.context)});
     m->logits(fill, nullptr);
     for (auto& f : fill) decodes.push_back({f.seq_id, random_tokens(1)});
@@ -171,20 +178,22 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
           ? sched::read_sched_tune_table(sched::sched_tune_table_path())
           : std::vector<sched::SchedTuneEntry>{};
   std::vector<Measured> out;
-  for (int64_t t : a.tokens) {
+  for (size_t c = 0; c < a.tokens.size(); ++c) {
+    const int64_t t = a.tokens[c];
     // The case's prompts, the same for every strategy and step.
     std::vector<std::vector<int32_t>> prompts;
-    for (int64_t p : prompt_lengths(a, t)) prompts.push_back(random_tokens(p));
-    // One step's inputs: the first min(t, decodes) decode sequences, then new prompts.
+    for (int64_t p : prompt_lengths(a, c)) prompts.push_back(random_tokens(p));
+    // One step's inputs: the case's decode sequences, then new prompts.
+    const size_t case_decodes = size_t(step_decodes(a, c));
     auto make_inputs = [&] {
-      std::vector<SequenceTokens> in(decodes.begin(), decodes.begin() + std::min(t, a.decodes));
+      std::vector<SequenceTokens> in(decodes.begin(),
+                                     decodes.begin() + std::ptrdiff_t(case_decodes));
       for (const auto& p : prompts) in.push_back({m->add_sequence(), p});
       return in;
     };
-    const size_t step_decodes = size_t(std::min(t, a.decodes));
     auto reset = [&](const std::vector<SequenceTokens>& in) {
       for (size_t i = 0; i < in.size(); ++i) {
-        if (i < step_decodes)
+        if (i < case_decodes)
           m->truncate(in[i].seq_id, a.context);
         else
           m->release(in[i].seq_id);
@@ -252,12 +261,14 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
        {"tp", "1", "tensor-parallel ranks (GPUs on cuda, rank threads on cpu)"},
        {"tokens", "",
         "comma list of rows per step (default 64,2048,4096,8192 on cuda, 4,96 on cpu)"},
-       {"decode", "", "decode sequences per step (default 64 on cuda, 4 on cpu)"},
+       {"decode", "",
+        "decode sequences per step: one count, or a comma list with one per --tokens (default 64 "
+        "on cuda, 4 on cpu)"},
        {"context", "",
         "positions each decode sequence has cached (default 1024 on cuda, 24 on cpu)"},
        {"prompt-len", "", "length of the step's new prompts (default 512 on cuda, 20 on cpu)"},
        {"strategies", "all",
-        "comma list of strategies (sequential, nanoflow, dual_batch, tokenweave, auto: the rule "
+        "comma list of strategies (sequential, nanoflow, nanoflow:P with P the GEMMs' share of the SMs, dual_batch, tokenweave, auto: the rule "
         "with the measured table), or all (every strategy but auto)"},
        {"warmup", "2", "untimed steps per case"},
        {"iters", "10", "timed steps per case (median reported)"},
@@ -286,7 +297,12 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
   if (layers > 0) a.config.num_hidden_layers = layers;
   for (const std::string& t : Options::split(or_default("tokens", "64,2048,4096,8192", "4,96")))
     a.tokens.push_back(parse_integer(t, "--tokens", 1, 1 << 20));
-  a.decodes = parse_integer(or_default("decode", "64", "4"), "--decode", 0, 4096);
+  for (const std::string& d : Options::split(or_default("decode", "64", "4")))
+    a.decodes.push_back(parse_integer(d, "--decode", 0, 1 << 16));
+  TESSERA_CHECK_ARG(a.decodes.size() == 1 || a.decodes.size() == a.tokens.size(), "--decode: ",
+                    a.decodes.size(), " counts for ", a.tokens.size(),
+                    " --tokens entries: expected one, or one each");
+  a.decodes.resize(a.tokens.size(), a.decodes[0]);
   a.context = parse_integer(or_default("context", "1024", "24"), "--context", 1, 1 << 20);
   a.prompt_len = parse_integer(or_default("prompt-len", "512", "20"), "--prompt-len", 1, 1 << 20);
   a.warmup = int(opt.integer("warmup", 0, 100000));
@@ -304,25 +320,26 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
     const std::vector<Measured> measured = run_rank(a, ctx, on_cuda);
     if (ctx.rank != 0) return;
     std::printf(
-        "# tessera bench sched: %s, %lld layers, tp %d (%s), %lld decodes at context %lld, "
-        "prompts of %lld\n# %-28s %-14s %11s %10s %9s %9s %12s %9s\n",
+        "# tessera bench sched: %s, %lld layers, tp %d (%s), decodes at context %lld, "
+        "prompts of %lld\n# %-38s %-14s %11s %10s %9s %9s %12s %9s\n",
         model_name.c_str(), static_cast<long long>(a.config.num_hidden_layers), ctx.size,
-        on_cuda ? "cuda bf16" : "cpu f32", static_cast<long long>(a.decodes),
+        on_cuda ? "cuda bf16" : "cpu f32",
         static_cast<long long>(a.context), static_cast<long long>(a.prompt_len), "case", "strategy",
         "median_us", "tokens/s", "vs_seq", "host_us/l", "max_rel_diff", "mismatch");
     std::vector<BenchRecord> records;
     std::vector<sched::SchedTuneEntry> tuned;
     size_t i = 0;
-    for (int64_t t : a.tokens) {
-      const std::string name =
-          str(model_name, " tokens", t, t <= a.decodes ? " decode" : "", " tp", ctx.size);
+    for (size_t c = 0; c < a.tokens.size(); ++c) {
+      const int64_t t = a.tokens[c], d = step_decodes(a, c);
+      const std::string name = str(model_name, " tokens", t,
+                                   d == t ? " decode" : str(" decodes", d), " tp", ctx.size);
       double sequential_us = 0;
       for (size_t s = 0; s < a.strategies.size(); ++s, ++i) {
         const Measured& r = measured[i];
         if (r.strategy == "sequential") sequential_us = r.median_us;
         const double per_layer = r.host_us / double(a.config.num_hidden_layers);
         const double tokens_per_s = double(t) / (r.median_us * 1e-6);
-        std::printf("  %-28s %-14s %11.1f %10.0f %8.3fx %9.2f %12.2e %9lld\n", name.c_str(),
+        std::printf("  %-38s %-14s %11.1f %10.0f %8.3fx %9.2f %12.2e %9lld\n", name.c_str(),
                     r.strategy.c_str(), r.median_us, tokens_per_s, sequential_us / r.median_us,
                     per_layer, double(r.max_rel_diff), static_cast<long long>(r.mismatches));
         BenchRecord rec;

@@ -13,8 +13,8 @@
 // Running an operation before its input is ready is an error naming both, not a race.
 //
 // On the cpu backend every operation runs inline, so strategies change the order, not the time;
-// on GPUs each operation kind gets its stream (compute, memory, network) and the order decides
-// what overlaps (not built yet).
+// on GPUs each operation runs on the stream of its kind (compute, memory, network) or the one
+// its strategy places it on, and the order and the placement decide what overlaps.
 #pragma once
 
 #include <cstdint>
@@ -40,28 +40,40 @@ struct Step {
   model::LlamaOp op = model::LlamaOp::kAttnNorm;
 };
 
+// Where a strategy runs one operation. stream: the stream of that kind (none: the operation's
+// own kind's). gemm_sm_percent: its GEMMs take at most that share of the multiprocessors, the
+// rest staying free for what another stream runs beside it (NanoFlow's partition of the GPU).
+// The cpu backend runs every operation inline and ignores both.
+struct Placement {
+  std::optional<model::OpKind> stream;
+  int gemm_sm_percent = 100;  // 1 to 100
+};
+
 // Splits `batch` at sequence boundaries into at most `parts` nano-batches of about equal
 // tokens (greedy: a nano-batch closes once it reaches its share); every sequence in exactly one.
 std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int parts);
 
 class ScheduleContext {
  public:
-  using Executor = std::function<void(const NanoBatch& nano, Step step)>;
+  using Executor = std::function<void(const NanoBatch& nano, Step step, const Placement& where)>;
   // Runs `count` consecutive steps of a chain from `first` as one fused operation (the model's
   // implementation of that group; it refuses groups it has none for).
   using FusedExecutor = std::function<void(const NanoBatch& nano, Step first, int count)>;
+  // group_size: the ranks the model's collectives span (1: they have nothing to wait for).
   ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
-                  FusedExecutor execute_fused = {});
+                  FusedExecutor execute_fused = {}, int group_size = 1);
 
   int num_nano_batches() const { return int(nanos_.size()); }
+  int group_size() const { return group_size_; }
   const NanoBatch& nano_batch(int n) const { return nanos_.at(size_t(n)); }
   // Nano-batch n's next operation; none once its chain is done.
   std::optional<Step> ready(int n) const;
-  // Runs `step` on nano-batch n. Throws kInvalidArgument naming the step and the one whose
-  // output it needs when `step` is not ready(n), or when n is out of range.
-  void run(int n, Step step);
+  // Runs `step` on nano-batch n, placed at `where`. Throws kInvalidArgument naming the step and
+  // the one whose output it needs when `step` is not ready(n), when n is out of range, or when
+  // where.gemm_sm_percent is not 1 to 100.
+  void run(int n, Step step, const Placement& where = {});
   // Runs ready(n).
-  void run_next(int n);
+  void run_next(int n, const Placement& where = {});
   // Runs the `count` steps of nano-batch n's chain from `first` (which must be ready(n)) as one
   // fused operation; each is traced. Throws kInvalidArgument like run(), or when the chain has
   // fewer steps left or there is no fused executor.
@@ -78,6 +90,7 @@ class ScheduleContext {
   void check_ready(int n, Step step) const;
 
   int64_t layers_ = 0;
+  int group_size_ = 1;
   std::vector<NanoBatch> nanos_;
   Executor execute_;
   FusedExecutor execute_fused_;
@@ -94,15 +107,20 @@ class Strategy {
   virtual void schedule(ScheduleContext& ctx) const = 0;
 };
 
-// "sequential" (one nano-batch, in order), "nanoflow" (two token-balanced nano-batches from 64
-// tokens, the next operation taken from the other nano-batch when its ready operation is of
-// another kind than the last one run: compute beside memory or network), "dual_batch"
+// "sequential" (one nano-batch, in order, every operation on the compute stream: the
+// unscheduled step's launches), "nanoflow" (two token-balanced nano-batches from
+// kNanoFlowMinTokens rows; each runs up to and including its next attention, and with more than
+// one rank its next collective, then the other takes over, so one's decode attention and
+// collectives run beside the other's GEMMs; those GEMMs take kNanoFlowGemmSmPercent of the
+// multiprocessors, or P with the name "nanoflow:P"), "dual_batch"
 // (two nano-batches, each run up to and including its next collective, then the other: one's
 // communication beside the other's compute, as vLLM's and SGLang's dual-batch overlap),
 // "tokenweave" (dual-batch's order, and each all-reduce fused with the RMSNorm after it:
 // reduce-scatter, the norm on this rank's rows, all-gather, as TokenWeave does).
 // Throws kInvalidArgument naming the known ones otherwise.
 std::unique_ptr<Strategy> make_strategy(const std::string& name);
+// True where make_strategy(name) makes one.
+bool known_strategy(const std::string& name);
 std::vector<std::string> strategy_names();
 
 }  // namespace tessera::sched

@@ -25,9 +25,10 @@ class BlasLtGemm {
   BlasLtGemm& operator=(const BlasLtGemm&) = delete;
 
   const GemmShape& shape() const { return shape_; }
-  // `bias` is ignored without a planned bias; `workspace`: kWorkspaceBytes of device memory.
+  // `bias` is ignored without a planned bias; `workspace`: kWorkspaceBytes of device memory;
+  // max_sms > 0: cuBLASLt's SM count target (0: the device's).
   void run(const void* a, const void* b, const void* bias, void* out, void* workspace,
-           cudaStream_t stream) const;
+           cudaStream_t stream, int max_sms = 0) const;
 
  private:
   GemmShape shape_;

@@ -2,6 +2,8 @@
 // launcher registry (kernels/gemm/gemm_launch.h), or cuBLASLt.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "gemm/cuda/blaslt_gemm.h"
 #include "gemm/gemm_backend.h"
 #include "gemm/gemm_launch.h"
@@ -60,9 +62,10 @@ class HopperGemm final : public CudaGemm {
   }
   GemmImpl impl() const override { return GemmImpl::kHopper; }
   std::string config_name() const override { return gemm_config_name(config_); }
-  void run(const void* a, const void* b, const void* bias, void* out,
-           const Stream& stream) const override {
+  void run(const void* a, const void* b, const void* bias, void* out, const Stream& stream,
+           int max_sms) const override {
     kernels::GemmProblem p = problem_;
+    if (max_sms > 0) p.device_sms = std::min(p.device_sms, max_sms);
     p.a = a;
     p.b = b;
     p.bias = bias;
@@ -91,9 +94,10 @@ class CublasLtGemm final : public CudaGemm {
   }
   GemmImpl impl() const override { return GemmImpl::kCublasLt; }
   std::string config_name() const override { return ""; }
-  void run(const void* a, const void* b, const void* bias, void* out,
-           const Stream& stream) const override {
-    gemm_.run(a, b, bias, out, workspace_.data(), static_cast<cudaStream_t>(stream.cuda_stream()));
+  void run(const void* a, const void* b, const void* bias, void* out, const Stream& stream,
+           int max_sms) const override {
+    gemm_.run(a, b, bias, out, workspace_.data(), static_cast<cudaStream_t>(stream.cuda_stream()),
+              max_sms);
   }
 
  private:
@@ -112,8 +116,8 @@ class SkinnyGemm final : public CudaGemm {
   }
   GemmImpl impl() const override { return GemmImpl::kSkinny; }
   std::string config_name() const override { return "skinny"; }
-  void run(const void* a, const void* b, const void* bias, void* out,
-           const Stream& stream) const override {
+  void run(const void* a, const void* b, const void* bias, void* out, const Stream& stream,
+           int /*max_sms: a few rows' GEMV takes few multiprocessors anyway*/) const override {
     kernels::SkinnyGemmParams p = p_;
     p.a = a;
     p.b = b;
