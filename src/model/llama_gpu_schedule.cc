@@ -64,9 +64,8 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
       shapes.num_layers, nanos,
       [&](const sched::NanoBatch& nano, sched::Step op, const sched::Placement& where) {
         const Stream& on = stream_for(op.op, where);
-        const int sms = where.gemm_sm_percent >= 100
-                            ? 0
-                            : std::max(1, sm_count * where.gemm_sm_percent / 100);
+        const int sms =
+            where.gemm_sm_percent >= 100 ? 0 : std::max(1, sm_count * where.gemm_sm_percent / 100);
         run_op(op.layer, op.op, parts[enter(nano, on)], on, sms);
       },
       // The one fused group a layer has: an all-reduce and the RMSNorm that reads it, on the

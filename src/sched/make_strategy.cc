@@ -19,11 +19,11 @@ bool parse_nanoflow(const std::string& name, int& percent) {
   const char* first = name.data() + kName.size() + 1;
   const char* last = name.data() + name.size();
   const auto [end, error] = std::from_chars(first, last, percent);
-  TESSERA_CHECK_ARG(error == std::errc() && end == last && first != last && percent >= 1 &&
-                        percent <= 100,
-                    "strategy = '", name,
-                    "': expected nanoflow:P with P the GEMMs' share of the multiprocessors, 1 to "
-                    "100");
+  TESSERA_CHECK_ARG(
+      error == std::errc() && end == last && first != last && percent >= 1 && percent <= 100,
+      "strategy = '", name,
+      "': expected nanoflow:P with P the GEMMs' share of the multiprocessors, 1 to "
+      "100");
   return true;
 }
 
@@ -39,9 +39,9 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name) {
   if (parse_nanoflow(name, percent)) return std::make_unique<NanoFlowStrategy>(percent);
   if (name == "dual_batch") return std::make_unique<DualBatchStrategy>();
   if (name == "tokenweave") return std::make_unique<TokenWeaveStrategy>();
-  throw_error(ErrorCode::kInvalidArgument,
-              str("strategy = '", name,
-                  "': expected sequential, nanoflow[:P], dual_batch or tokenweave"));
+  throw_error(
+      ErrorCode::kInvalidArgument,
+      str("strategy = '", name, "': expected sequential, nanoflow[:P], dual_batch or tokenweave"));
 }
 
 bool known_strategy(const std::string& name) {

@@ -144,9 +144,10 @@ std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const Rul
   if (name == "auto")
     return make_rule_strategy(key, read_sched_tune_table(sched_tune_table_path()));
   if (known_strategy(name)) return make_strategy(name);
-  throw_error(ErrorCode::kInvalidArgument,
-              str("strategy = '", name,
-                  "': expected sequential, nanoflow[:P], dual_batch, tokenweave or auto (the rule)"));
+  throw_error(
+      ErrorCode::kInvalidArgument,
+      str("strategy = '", name,
+          "': expected sequential, nanoflow[:P], dual_batch, tokenweave or auto (the rule)"));
 }
 
 }  // namespace tessera::sched

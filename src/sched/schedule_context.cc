@@ -64,10 +64,11 @@ void ScheduleContext::check_ready(int n, Step step) const {
     const int64_t have = next_[size_t(n)];
     TESSERA_CHECK_ARG(asked > have, "nano-batch ", n, ": ", describe(step), " already ran");
     const int64_t needs = asked - 1;
-    throw_error(ErrorCode::kInvalidArgument,
-                str("nano-batch ", n, ": ", describe(step), " before its input: ",
-                    describe(Step{needs / model::kLlamaOps, model::LlamaOp(needs % model::kLlamaOps)}),
-                    " has not run (ready: ", describe(*want), ")"));
+    throw_error(
+        ErrorCode::kInvalidArgument,
+        str("nano-batch ", n, ": ", describe(step), " before its input: ",
+            describe(Step{needs / model::kLlamaOps, model::LlamaOp(needs % model::kLlamaOps)}),
+            " has not run (ready: ", describe(*want), ")"));
   }
 }
 

@@ -9,8 +9,9 @@ namespace tessera::sched {
 // measured slower above, the rule, sched/rule.h, runs sequential instead).
 inline constexpr int64_t kNanoFlowMinTokens = 64;
 // The share of the multiprocessors NanoFlow's GEMMs take while the other nano-batch's attention
-// runs (bench sched's nanoflow:P sweep).
-inline constexpr int kNanoFlowGemmSmPercent = 75;
+// runs. All of them: bench sched's nanoflow:P sweep on H100 (docs/PERF.md) found every smaller
+// share slower, since the split-KV attention on the rest gains less than the GEMMs lose.
+inline constexpr int kNanoFlowGemmSmPercent = 100;
 
 class SequentialStrategy final : public Strategy {
  public:

@@ -75,17 +75,29 @@ TEST(Scheduler, NanoBatchesAreBalancedRowRangesOfWholeSequences) {
 
 TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   std::vector<std::pair<int, sched::Step>> ran;
-  sched::ScheduleContext ctx(2, {{0, 1, 0, 4}, {1, 1, 4, 4}},
-                             [&](const sched::NanoBatch& n, sched::Step s, const sched::Placement&) {
-                               ran.push_back({int(n.first_seq), s});
-                             });
+  sched::ScheduleContext ctx(
+      2, {{0, 1, 0, 4}, {1, 1, 4, 4}},
+      [&](const sched::NanoBatch& n, sched::Step s, const sched::Placement&) {
+        ran.push_back({int(n.first_seq), s});
+      });
   ctx.run_next(0);  // layer 0 attn_norm of nano-batch 0
-  expect_error([&] { ctx.run(0, {0, model::LlamaOp::kAttention}); }, ErrorCode::kInvalidArgument,
-               {"nano-batch 0: layer 0 attention before its input: layer 0 qkv has not run"});
-  expect_error([&] { ctx.run(1, {1, model::LlamaOp::kAttnNorm}); }, ErrorCode::kInvalidArgument,
-               {"nano-batch 1: layer 1 attn_norm before its input: layer 0 mlp_all_reduce"});
-  expect_error([&] { ctx.run(0, {0, model::LlamaOp::kAttnNorm}); }, ErrorCode::kInvalidArgument,
-               {"already ran"});
+  expect_error(
+      [&] {
+        ctx.run(0, {0, model::LlamaOp::kAttention});
+      },
+      ErrorCode::kInvalidArgument,
+      {"nano-batch 0: layer 0 attention before its input: layer 0 qkv has not run"});
+  expect_error(
+      [&] {
+        ctx.run(1, {1, model::LlamaOp::kAttnNorm});
+      },
+      ErrorCode::kInvalidArgument,
+      {"nano-batch 1: layer 1 attn_norm before its input: layer 0 mlp_all_reduce"});
+  expect_error(
+      [&] {
+        ctx.run(0, {0, model::LlamaOp::kAttnNorm});
+      },
+      ErrorCode::kInvalidArgument, {"already ran"});
   expect_error([&] { ctx.run_next(2); }, ErrorCode::kInvalidArgument, {"nano-batch 2"});
   EXPECT_EQ(ran.size(), 1u);  // refused operations did not run
   while (ctx.ready(1)) ctx.run_next(1);
@@ -100,22 +112,39 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   EXPECT_EQ(sched::make_strategy("nanoflow:60")->name(), "nanoflow:60");
   EXPECT_TRUE(sched::known_strategy("nanoflow:60"));
   EXPECT_FALSE(sched::known_strategy("nanoflow:-1"));
-  sched::ScheduleContext placed(1, {{0, 1, 0, 4}},
-                                [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
-  expect_error([&] { placed.run_next(0, {std::nullopt, 0}); }, ErrorCode::kInvalidArgument,
-               {"gemm_sm_percent = 0", "1 to 100"});
+  sched::ScheduleContext placed(
+      1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
+  expect_error(
+      [&] {
+        placed.run_next(0, {std::nullopt, 0});
+      },
+      ErrorCode::kInvalidArgument, {"gemm_sm_percent = 0", "1 to 100"});
   // Fused groups: only from the ready step, only with a fused executor, not past the chain.
-  sched::ScheduleContext fused(1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-                               [](const sched::NanoBatch&, sched::Step, int) {});
-  expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kQkv}, 2); },
-               ErrorCode::kInvalidArgument, {"layer 0 qkv before its input"});
-  expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 10); },
-               ErrorCode::kInvalidArgument, {"past the end of its chain"});
-  expect_error([&] { ctx.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 1); },
-               ErrorCode::kInvalidArgument, {"after its last operation"});
-  sched::ScheduleContext plain(1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
-  expect_error([&] { plain.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 2); },
-               ErrorCode::kInvalidArgument, {"no fused executor"});
+  sched::ScheduleContext fused(
+      1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
+      [](const sched::NanoBatch&, sched::Step, int) {});
+  expect_error(
+      [&] {
+        fused.run_fused(0, {0, model::LlamaOp::kQkv}, 2);
+      },
+      ErrorCode::kInvalidArgument, {"layer 0 qkv before its input"});
+  expect_error(
+      [&] {
+        fused.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 10);
+      },
+      ErrorCode::kInvalidArgument, {"past the end of its chain"});
+  expect_error(
+      [&] {
+        ctx.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 1);
+      },
+      ErrorCode::kInvalidArgument, {"after its last operation"});
+  sched::ScheduleContext plain(
+      1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
+  expect_error(
+      [&] {
+        plain.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 2);
+      },
+      ErrorCode::kInvalidArgument, {"no fused executor"});
 }
 
 // A strategy that fuses a group the model has no fused form of.
@@ -126,7 +155,7 @@ class FusesTheWrongGroup final : public sched::Strategy {
     return sched::token_balanced_split(b, 1);
   }
   void schedule(sched::ScheduleContext& ctx) const override {
-    ctx.run_next(0);                                  // attn_norm
+    ctx.run_next(0);                                 // attn_norm
     ctx.run_fused(0, {0, model::LlamaOp::kQkv}, 2);  // qkv + attention: no such fused operation
   }
 };
@@ -171,7 +200,7 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
       const OpKind kind = model::llama_op_kind(s.op);
       const OpKind want = s.op == LlamaOp::kAttention             ? OpKind::kMemory
                           : kind == OpKind::kNetwork && group > 1 ? OpKind::kNetwork
-                                                                   : OpKind::kCompute;
+                                                                  : OpKind::kCompute;
       EXPECT_EQ(placed[i].stream, want) << "at " << i;
       if (i > 0 && n != nf[i - 1].first) {
         ++switches;
@@ -189,7 +218,7 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
       }
       if (s.op == LlamaOp::kAttention) attending = n;
     }
-    EXPECT_GE(switches, 4);                 // after each of the four attentions
+    EXPECT_GE(switches, 4);  // after each of the four attentions
     // On one rank most compute operations run beside an attention; across ranks each nano-batch
     // also hands over at its collectives, so fewer do.
     EXPECT_GE(shared, group == 1 ? int(nf.size()) / 3 : 4);

@@ -148,8 +148,10 @@ TEST_F(LlamaGpu, GraphReplayIsBitwiseTheEagerStepAndRunsRepeat) {
 }
 
 // A strategy's nano-batches on the compute, memory and network streams: sequential is the
-// unscheduled step bitwise (one nano-batch, the same kernels); nanoflow and dual_batch split a
-// mixed batch in two and match it within bf16 rounding (the GEMM plans see other row counts),
+// unscheduled step bitwise (one nano-batch, the same kernels); nanoflow (its GEMMs on all the
+// multiprocessors, or on 60% of them beside the other nano-batch's attention) and dual_batch
+// split a mixed batch in two and match it within bf16 rounding (the GEMM plans see other row
+// counts),
 // as does tokenweave (its fused group is the all-reduce and the norm without a group), and their
 // decode steps replay from graphs bitwise their eager ones.
 TEST_F(LlamaGpu, StrategiesMatchTheUnscheduledStep) {
@@ -175,7 +177,7 @@ TEST_F(LlamaGpu, StrategiesMatchTheUnscheduledStep) {
     return all;
   };
   const std::vector<float> plain = run(nullptr, true);
-  for (const char* name : {"sequential", "nanoflow", "dual_batch", "tokenweave"}) {
+  for (const char* name : {"sequential", "nanoflow", "nanoflow:60", "dual_batch", "tokenweave"}) {
     SCOPED_TRACE(name);
     const auto strategy = sched::make_strategy(name);
     const std::vector<float> eager = run(strategy.get(), false), graphed = run(strategy.get(), true);

@@ -268,8 +268,9 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
         "positions each decode sequence has cached (default 1024 on cuda, 24 on cpu)"},
        {"prompt-len", "", "length of the step's new prompts (default 512 on cuda, 20 on cpu)"},
        {"strategies", "all",
-        "comma list of strategies (sequential, nanoflow, nanoflow:P with P the GEMMs' share of the SMs, dual_batch, tokenweave, auto: the rule "
-        "with the measured table), or all (every strategy but auto)"},
+        "comma list of strategies (sequential, nanoflow, nanoflow:P with P the GEMMs' share of the "
+        "SMs, dual_batch, tokenweave, auto: the rule with the measured table), or all (every "
+        "strategy but auto)"},
        {"warmup", "2", "untimed steps per case"},
        {"iters", "10", "timed steps per case (median reported)"},
        {"seed", "1", "seed of the random weights and tokens"},
@@ -299,8 +300,8 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
     a.tokens.push_back(parse_integer(t, "--tokens", 1, 1 << 20));
   for (const std::string& d : Options::split(or_default("decode", "64", "4")))
     a.decodes.push_back(parse_integer(d, "--decode", 0, 1 << 16));
-  TESSERA_CHECK_ARG(a.decodes.size() == 1 || a.decodes.size() == a.tokens.size(), "--decode: ",
-                    a.decodes.size(), " counts for ", a.tokens.size(),
+  TESSERA_CHECK_ARG(a.decodes.size() == 1 || a.decodes.size() == a.tokens.size(),
+                    "--decode: ", a.decodes.size(), " counts for ", a.tokens.size(),
                     " --tokens entries: expected one, or one each");
   a.decodes.resize(a.tokens.size(), a.decodes[0]);
   a.context = parse_integer(or_default("context", "1024", "24"), "--context", 1, 1 << 20);
@@ -323,16 +324,16 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
         "# tessera bench sched: %s, %lld layers, tp %d (%s), decodes at context %lld, "
         "prompts of %lld\n# %-38s %-14s %11s %10s %9s %9s %12s %9s\n",
         model_name.c_str(), static_cast<long long>(a.config.num_hidden_layers), ctx.size,
-        on_cuda ? "cuda bf16" : "cpu f32",
-        static_cast<long long>(a.context), static_cast<long long>(a.prompt_len), "case", "strategy",
-        "median_us", "tokens/s", "vs_seq", "host_us/l", "max_rel_diff", "mismatch");
+        on_cuda ? "cuda bf16" : "cpu f32", static_cast<long long>(a.context),
+        static_cast<long long>(a.prompt_len), "case", "strategy", "median_us", "tokens/s", "vs_seq",
+        "host_us/l", "max_rel_diff", "mismatch");
     std::vector<BenchRecord> records;
     std::vector<sched::SchedTuneEntry> tuned;
     size_t i = 0;
     for (size_t c = 0; c < a.tokens.size(); ++c) {
       const int64_t t = a.tokens[c], d = step_decodes(a, c);
-      const std::string name = str(model_name, " tokens", t,
-                                   d == t ? " decode" : str(" decodes", d), " tp", ctx.size);
+      const std::string name =
+          str(model_name, " tokens", t, d == t ? " decode" : str(" decodes", d), " tp", ctx.size);
       double sequential_us = 0;
       for (size_t s = 0; s < a.strategies.size(); ++s, ++i) {
         const Measured& r = measured[i];
