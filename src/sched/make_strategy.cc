@@ -7,23 +7,28 @@ namespace tessera::sched {
 
 namespace {
 
-// "nanoflow" or "nanoflow:P" (P: its GEMMs' share of the multiprocessors, 1 to 100); false for
-// other names.
-bool parse_nanoflow(const std::string& name, int& percent) {
+// "nanoflow", "nanoflow:P" or "nanoflow:P:W" (P: the GEMMs' share of the multiprocessors, 1 to
+// 100; W: how many GEMMs after the other nano-batch's attention take it, 1 to 64, or all);
+// false for other names.
+bool parse_nanoflow(const std::string& name, int& percent, int& shared_gemms) {
   constexpr std::string_view kName = "nanoflow";
-  if (name == kName) {
-    percent = kNanoFlowGemmSmPercent;
-    return true;
-  }
+  percent = kNanoFlowGemmSmPercent;
+  shared_gemms = 0;
+  if (name == kName) return true;
   if (!name.starts_with(std::string(kName) + ":")) return false;
   const char* first = name.data() + kName.size() + 1;
   const char* last = name.data() + name.size();
-  const auto [end, error] = std::from_chars(first, last, percent);
-  TESSERA_CHECK_ARG(
-      error == std::errc() && end == last && first != last && percent >= 1 && percent <= 100,
-      "strategy = '", name,
-      "': expected nanoflow:P with P the GEMMs' share of the multiprocessors, 1 to "
-      "100");
+  auto [end, error] = std::from_chars(first, last, percent);
+  bool ok = error == std::errc() && end != first && percent >= 1 && percent <= 100;
+  if (ok && end != last) {
+    const char* w = end + 1;
+    const auto [w_end, w_error] = std::from_chars(w, last, shared_gemms);
+    ok = *end == ':' && w_error == std::errc() && w_end == last && w_end != w &&
+         shared_gemms >= 1 && shared_gemms <= 64;
+  }
+  TESSERA_CHECK_ARG(ok, "strategy = '", name,
+                    "': expected nanoflow:P[:W] with P the GEMMs' share of the multiprocessors, "
+                    "1 to 100, and W how many GEMMs take it, 1 to 64");
   return true;
 }
 
@@ -34,9 +39,10 @@ std::vector<std::string> strategy_names() {
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name) {
-  int percent = 0;
+  int percent = 0, shared_gemms = 0;
   if (name == "sequential") return std::make_unique<SequentialStrategy>();
-  if (parse_nanoflow(name, percent)) return std::make_unique<NanoFlowStrategy>(percent);
+  if (parse_nanoflow(name, percent, shared_gemms))
+    return std::make_unique<NanoFlowStrategy>(percent, shared_gemms);
   if (name == "dual_batch") return std::make_unique<DualBatchStrategy>();
   if (name == "tokenweave") return std::make_unique<TokenWeaveStrategy>();
   throw_error(

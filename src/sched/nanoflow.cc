@@ -12,6 +12,7 @@
 namespace tessera::sched {
 
 std::string NanoFlowStrategy::name() const {
+  if (shared_gemms_ > 0) return str("nanoflow:", gemm_sm_percent_, ":", shared_gemms_);
   return gemm_sm_percent_ == kNanoFlowGemmSmPercent ? "nanoflow"
                                                     : str("nanoflow:", gemm_sm_percent_);
 }
@@ -27,6 +28,7 @@ void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {
   // The nano-batch whose attention may still be running: from its issue until that
   // nano-batch's next compute operation (which waits for it on the compute stream).
   int attending = -1;
+  int shared_left = 0;  // of shared_gemms_, since `attending`'s attention was issued
   int n = 0;
   while (!ctx.finished()) {
     while (const std::optional<Step> s = ctx.ready(n)) {
@@ -35,15 +37,20 @@ void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {
       const bool norm = s->op == LlamaOp::kAttnNorm || s->op == LlamaOp::kMlpNorm;
       if (norm || (kind == OpKind::kNetwork && !collectives_wait)) kind = OpKind::kCompute;
       where.stream = kind;
+      const bool gemm = s->op == LlamaOp::kQkv || s->op == LlamaOp::kOProj ||
+                        s->op == LlamaOp::kGateUp || s->op == LlamaOp::kDown;
       if (kind == OpKind::kCompute) {
-        if (attending == n)
+        if (attending == n) {
           attending = -1;
-        else if (attending >= 0)
+        } else if (attending >= 0 && gemm && (shared_gemms_ == 0 || shared_left > 0)) {
           where.gemm_sm_percent = gemm_sm_percent_;
+          --shared_left;
+        }
       }
       ctx.run_next(n, where);
       if (s->op == LlamaOp::kAttention) {
         attending = n;
+        shared_left = shared_gemms_;
         break;
       }
       if (kind == OpKind::kNetwork) break;

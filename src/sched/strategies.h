@@ -22,13 +22,17 @@ class SequentialStrategy final : public Strategy {
 
 class NanoFlowStrategy final : public Strategy {
  public:
-  explicit NanoFlowStrategy(int gemm_sm_percent) : gemm_sm_percent_(gemm_sm_percent) {}
+  // shared_gemms: how many GEMMs after the other nano-batch's attention run on gemm_sm_percent
+  // of the multiprocessors (0: every one until this nano-batch's own attention output is read).
+  NanoFlowStrategy(int gemm_sm_percent, int shared_gemms)
+      : gemm_sm_percent_(gemm_sm_percent), shared_gemms_(shared_gemms) {}
   std::string name() const override;
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
   void schedule(ScheduleContext& ctx) const override;
 
  private:
   int gemm_sm_percent_;
+  int shared_gemms_;
 };
 
 class DualBatchStrategy final : public Strategy {

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cpu_dist_util.h"
@@ -106,10 +107,12 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
   expect_error([] { sched::make_strategy("flux"); }, ErrorCode::kInvalidArgument,
                {"strategy = 'flux'", "sequential, nanoflow[:P], dual_batch or tokenweave"});
-  for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x"})
+  for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x", "nanoflow:60:0",
+                          "nanoflow:60:65", "nanoflow:60:", "nanoflow:60:1:2", "nanoflow:60;1"})
     expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
-                 {str("strategy = '", bad, "'"), "1 to 100"});
+                 {str("strategy = '", bad, "'"), "1 to 100", "1 to 64"});
   EXPECT_EQ(sched::make_strategy("nanoflow:60")->name(), "nanoflow:60");
+  EXPECT_EQ(sched::make_strategy("nanoflow:60:2")->name(), "nanoflow:60:2");
   EXPECT_TRUE(sched::known_strategy("nanoflow:60"));
   EXPECT_FALSE(sched::known_strategy("nanoflow:-1"));
   sched::ScheduleContext placed(
@@ -188,13 +191,21 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
   using model::OpKind;
   // NanoFlow: a nano-batch hands over right after its attention (and, across ranks, after its
   // collectives), and only then; everything but the attention (and real collectives) on the
-  // compute stream; the compute operations between one nano-batch's attention and its own next
-  // compute operation run on nanoflow:P's share of the multiprocessors, the others on all.
-  for (int group : {1, 2}) {
-    SCOPED_TRACE(group);
-    const auto nf = trace_of("nanoflow:60", group);
+  // compute stream; the GEMMs between one nano-batch's attention and its own next compute
+  // operation (nanoflow:P), or the first W of them (nanoflow:P:W), run on P% of the
+  // multiprocessors, the others on all.
+  const auto is_gemm = [](LlamaOp op) {
+    return op == LlamaOp::kQkv || op == LlamaOp::kOProj || op == LlamaOp::kGateUp ||
+           op == LlamaOp::kDown;
+  };
+  for (const auto& [name, group, window] :
+       std::vector<std::tuple<std::string, int, int>>{{"nanoflow:60", 1, 0},
+                                                      {"nanoflow:60", 2, 0},
+                                                      {"nanoflow:60:2", 1, 2}}) {
+    SCOPED_TRACE(name + " on " + std::to_string(group));
+    const auto nf = trace_of(name, group);
     ASSERT_EQ(placed.size(), nf.size());
-    int attending = -1, switches = 0, shared = 0;
+    int attending = -1, switches = 0, shared = 0, left = 0;
     for (size_t i = 0; i < nf.size(); ++i) {
       const auto [n, s] = nf[i];
       const OpKind kind = model::llama_op_kind(s.op);
@@ -211,17 +222,24 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
             << "switch at " << i;
       }
       if (want == OpKind::kCompute) {
-        const bool beside = attending >= 0 && attending != n;
+        const bool beside = attending >= 0 && attending != n && is_gemm(s.op) &&
+                            (window == 0 || left-- > 0);
         if (attending == n) attending = -1;
         EXPECT_EQ(placed[i].gemm_sm_percent, beside ? 60 : 100) << "at " << i;
         shared += beside;
       }
-      if (s.op == LlamaOp::kAttention) attending = n;
+      if (s.op == LlamaOp::kAttention) {
+        attending = n;
+        left = window;
+      }
     }
     EXPECT_GE(switches, 4);  // after each of the four attentions
-    // On one rank most compute operations run beside an attention; across ranks each nano-batch
-    // also hands over at its collectives, so fewer do.
-    EXPECT_GE(shared, group == 1 ? int(nf.size()) / 3 : 4);
+    // Of the 16 GEMMs, on one rank 12 run beside an attention (the first and the last three
+    // not); across ranks each nano-batch also hands over at its collectives, so fewer do; a
+    // window of 2 takes 2 after each of the four attentions but the first's (one GEMM, the other
+    // nano-batch's qkv, runs before its attention is issued).
+    EXPECT_EQ(shared, window == 2 ? 1 + 2 + 2 + 2 : group == 1 ? 12 : shared);
+    EXPECT_GE(shared, 3);
   }
   // Dual-batch: a nano-batch hands over right after each of its collectives, and only then.
   const auto db = trace_of("dual_batch");
