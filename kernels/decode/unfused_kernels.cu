@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(128) rope_append_kernel(UnfusedDecodeParams p)
 // is computed). 32-token tiles in two stages (32 KB at D 128) leave room for six CTAs a
 // multiprocessor: on H100 that measured 1.34x the earlier kernel (a warp's own 32 tokens read
 // straight from global memory) at batch 16, context 4096, and 1.07x on steps of 1536 decodes at
-// context 256, where 64-token tiles in three stages (two CTAs a multiprocessor) lost 15%.
+// context 256, where 64-token tiles in three stages (two CTAs a multiprocessor) lost 12%.
 // Each warp takes kWarpTokens tokens of a tile, kParts lanes a token for the scores; rows of
 // 16-byte chunks, chunk c of row r stored at c ^ (r % 8), so the eight lanes of a shared-memory
 // phase (eight rows, one chunk each) hit eight bank groups.

@@ -4,8 +4,9 @@
 // stream) and collectives (network) run beside the other's GEMMs (compute). The norms go on the
 // compute stream: they are short, and on the memory stream they would queue behind the other
 // nano-batch's attention and stall their own GEMMs. The GEMMs that run while the other
-// nano-batch's attention is in flight take gemm_sm_percent of the multiprocessors, so the
-// attention keeps the rest (a persistent GEMM would hold them all until it ends).
+// nano-batch's attention is in flight (all of them, or the first shared_gemms) take
+// gemm_sm_percent of the multiprocessors, so the attention keeps the rest (a persistent GEMM
+// would hold them all until it ends).
 #include "sched/strategies.h"
 #include "tessera/core/error.h"
 

@@ -72,7 +72,7 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
       throw_error(ErrorCode::kInvalidArgument,
                   str(path, ":", line.number, ": '", line.text,
                       "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
-                      "sequential, nanoflow[:P], dual_batch or tokenweave) and median_us (> 0) "
+                      "sequential, nanoflow[:P[:W]], dual_batch or tokenweave) and median_us (> 0) "
                       "separated by tabs"));
     }
     e.gpu = f[0];
@@ -143,11 +143,12 @@ std::unique_ptr<Strategy> make_rule_strategy(RuleKey key, std::vector<SchedTuneE
 std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const RuleKey& key) {
   if (name == "auto")
     return make_rule_strategy(key, read_sched_tune_table(sched_tune_table_path()));
-  if (known_strategy(name)) return make_strategy(name);
+  // A known name, or nanoflow with a share: make_strategy names what is wrong with the share.
+  if (known_strategy(name) || name.starts_with("nanoflow:")) return make_strategy(name);
   throw_error(
       ErrorCode::kInvalidArgument,
       str("strategy = '", name,
-          "': expected sequential, nanoflow[:P], dual_batch, tokenweave or auto (the rule)"));
+          "': expected sequential, nanoflow[:P[:W]], dual_batch, tokenweave or auto (the rule)"));
 }
 
 }  // namespace tessera::sched

@@ -82,23 +82,12 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
         ran.push_back({int(n.first_seq), s});
       });
   ctx.run_next(0);  // layer 0 attn_norm of nano-batch 0
-  expect_error(
-      [&] {
-        ctx.run(0, {0, model::LlamaOp::kAttention});
-      },
-      ErrorCode::kInvalidArgument,
-      {"nano-batch 0: layer 0 attention before its input: layer 0 qkv has not run"});
-  expect_error(
-      [&] {
-        ctx.run(1, {1, model::LlamaOp::kAttnNorm});
-      },
-      ErrorCode::kInvalidArgument,
-      {"nano-batch 1: layer 1 attn_norm before its input: layer 0 mlp_all_reduce"});
-  expect_error(
-      [&] {
-        ctx.run(0, {0, model::LlamaOp::kAttnNorm});
-      },
-      ErrorCode::kInvalidArgument, {"already ran"});
+  expect_error([&] { ctx.run(0, {0, model::LlamaOp::kAttention}); }, ErrorCode::kInvalidArgument,
+               {"nano-batch 0: layer 0 attention before its input: layer 0 qkv has not run"});
+  expect_error([&] { ctx.run(1, {1, model::LlamaOp::kAttnNorm}); }, ErrorCode::kInvalidArgument,
+               {"nano-batch 1: layer 1 attn_norm before its input: layer 0 mlp_all_reduce"});
+  expect_error([&] { ctx.run(0, {0, model::LlamaOp::kAttnNorm}); }, ErrorCode::kInvalidArgument,
+               {"already ran"});
   expect_error([&] { ctx.run_next(2); }, ErrorCode::kInvalidArgument, {"nano-batch 2"});
   EXPECT_EQ(ran.size(), 1u);  // refused operations did not run
   while (ctx.ready(1)) ctx.run_next(1);
@@ -106,7 +95,7 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   EXPECT_TRUE(ctx.finished());
   EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
   expect_error([] { sched::make_strategy("flux"); }, ErrorCode::kInvalidArgument,
-               {"strategy = 'flux'", "sequential, nanoflow[:P], dual_batch or tokenweave"});
+               {"strategy = 'flux'", "sequential, nanoflow[:P[:W]], dual_batch or tokenweave"});
   for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x", "nanoflow:60:0",
                           "nanoflow:60:65", "nanoflow:60:", "nanoflow:60:1:2", "nanoflow:60;1"})
     expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
@@ -117,37 +106,22 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   EXPECT_FALSE(sched::known_strategy("nanoflow:-1"));
   sched::ScheduleContext placed(
       1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
-  expect_error(
-      [&] {
-        placed.run_next(0, {std::nullopt, 0});
-      },
-      ErrorCode::kInvalidArgument, {"gemm_sm_percent = 0", "1 to 100"});
+  expect_error([&] { placed.run_next(0, {std::nullopt, 0}); }, ErrorCode::kInvalidArgument,
+               {"gemm_sm_percent = 0", "1 to 100"});
   // Fused groups: only from the ready step, only with a fused executor, not past the chain.
   sched::ScheduleContext fused(
       1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
       [](const sched::NanoBatch&, sched::Step, int) {});
-  expect_error(
-      [&] {
-        fused.run_fused(0, {0, model::LlamaOp::kQkv}, 2);
-      },
-      ErrorCode::kInvalidArgument, {"layer 0 qkv before its input"});
-  expect_error(
-      [&] {
-        fused.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 10);
-      },
-      ErrorCode::kInvalidArgument, {"past the end of its chain"});
-  expect_error(
-      [&] {
-        ctx.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 1);
-      },
-      ErrorCode::kInvalidArgument, {"after its last operation"});
+  expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kQkv}, 2); },
+               ErrorCode::kInvalidArgument, {"layer 0 qkv before its input"});
+  expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 10); },
+               ErrorCode::kInvalidArgument, {"past the end of its chain"});
+  expect_error([&] { ctx.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 1); },
+               ErrorCode::kInvalidArgument, {"after its last operation"});
   sched::ScheduleContext plain(
       1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
-  expect_error(
-      [&] {
-        plain.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 2);
-      },
-      ErrorCode::kInvalidArgument, {"no fused executor"});
+  expect_error([&] { plain.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 2); },
+               ErrorCode::kInvalidArgument, {"no fused executor"});
 }
 
 // A strategy that fuses a group the model has no fused form of.

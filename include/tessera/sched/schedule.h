@@ -112,7 +112,8 @@ class Strategy {
 // kNanoFlowMinTokens rows; each runs up to and including its next attention, and with more than
 // one rank its next collective, then the other takes over, so one's decode attention and
 // collectives run beside the other's GEMMs; those GEMMs take kNanoFlowGemmSmPercent of the
-// multiprocessors, or P with the name "nanoflow:P"), "dual_batch"
+// multiprocessors, or P% with the name "nanoflow:P", or only the first W of them
+// "nanoflow:P:W"), "dual_batch"
 // (two nano-batches, each run up to and including its next collective, then the other: one's
 // communication beside the other's compute, as vLLM's and SGLang's dual-batch overlap),
 // "tokenweave" (dual-batch's order, and each all-reduce fused with the RMSNorm after it:
