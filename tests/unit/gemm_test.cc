@@ -86,6 +86,8 @@ TEST(Gemm, RefusesBadShapesAndOperandsByName) {
   expect([&] { g.run(TensorView(mem.data(), DType::kBF16, cpu, {4, 16}), b, TensorView(mem.data(), DType::kBF16, cpu, {8}), out, Stream::cpu()); },
          "the shape has no bias");
   expect([&] { g.run(TensorView(), b, {}, out, Stream::cpu()); }, "a: expected bf16[4, 16]");
+  expect([&] { g.run(TensorView(mem.data(), DType::kBF16, cpu, {4, 16}), b, {}, out, Stream::cpu(), -1); },
+         "max_sms = -1: expected >= 0");
 }
 
 }  // namespace
