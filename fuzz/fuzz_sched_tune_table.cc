@@ -1,8 +1,8 @@
 // Fuzzes the scheduler rule's table file (src/sched/rule.cc): the input is the file. Reading
-// must return rows inside their declared ranges (a known strategy among them) or throw
-// tessera::Error naming the file and line; rows read must write and read back the same; the
-// rule's pick at a row's own token count must be a strategy measured there, the fastest. A crash,
-// UB, another exception or a broken round trip is a finding.
+// must return rows inside their declared ranges (a strategy make_strategy makes, nanoflow:P[:W]
+// included) or throw tessera::Error naming the file and line; rows read must write and read back
+// the same; the rule's pick at a row's own token count must be a strategy measured there, the
+// fastest. A crash, UB, another exception or a broken round trip is a finding.
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,11 +50,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::exception& e) {
     fuzz::fail(std::string("read_sched_tune_table threw a non-tessera exception: ") + e.what());
   }
-  const std::vector<std::string> names = sched::strategy_names();
   for (const sched::SchedTuneEntry& e : rows)
     if (e.ranks < 1 || e.hidden < 1 || e.tokens < 1 ||
-        !(std::isfinite(e.median_us) && e.median_us > 0) ||
-        std::find(names.begin(), names.end(), e.strategy) == names.end())
+        !(std::isfinite(e.median_us) && e.median_us > 0) || !sched::known_strategy(e.strategy))
       fuzz::fail("read_sched_tune_table returned a row outside its ranges: tokens " +
                  std::to_string(e.tokens) + ", strategy '" + e.strategy + "'");
   // Later rows of the same (case, strategy) replace earlier ones when written.
