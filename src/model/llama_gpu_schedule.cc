@@ -71,15 +71,9 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
       // The one fused group a layer has: an all-reduce and the RMSNorm that reads it, on the
       // network stream.
       [&](const sched::NanoBatch& nano, sched::Step first, int count) {
-        const bool after_attention = first.op == LlamaOp::kOAllReduce;
-        const int64_t norm_layer = after_attention ? first.layer : first.layer + 1;
-        TESSERA_CHECK_ARG(count == 2 && (after_attention || first.op == LlamaOp::kMlpAllReduce) &&
-                              norm_layer < shapes.num_layers,
-                          "no fused form of ", count, " steps from layer ", first.layer, " ",
-                          llama_op_name(first.op),
-                          ": expected an all-reduce and the RMSNorm after it");
-        run_all_reduce_norm(norm_layer, after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm,
-                            parts[enter(nano, *network_stream)], *network_stream);
+        const AllReduceNorm g =
+            all_reduce_norm_group(first.layer, first.op, count, shapes.num_layers);
+        run_all_reduce_norm(g.layer, g.norm, parts[enter(nano, *network_stream)], *network_stream);
       },
       comm == nullptr ? 1 : comm->size());
   strategy.schedule(ctx);

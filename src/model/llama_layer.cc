@@ -102,6 +102,16 @@ OpKind llama_op_kind(LlamaOp op) {
   }
 }
 
+AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int count, int64_t layers) {
+  const bool after_attention = first == LlamaOp::kOAllReduce;
+  const int64_t norm_layer = after_attention ? layer : layer + 1;
+  TESSERA_CHECK_ARG(count == 2 && (after_attention || first == LlamaOp::kMlpAllReduce) &&
+                        norm_layer < layers,
+                    "no fused form of ", count, " steps from layer ", layer, " ",
+                    llama_op_name(first), ": expected an all-reduce and the RMSNorm after it");
+  return {norm_layer, after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm};
+}
+
 void LlamaLayerBuffers::resize(const LlamaShapes& s, int64_t tokens) {
   h.resize(size_t(tokens * s.hidden));
   q.resize(size_t(tokens * s.q_width()));

@@ -155,16 +155,10 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
         },
         // The one fused group a layer has: an all-reduce and the RMSNorm that reads it.
         [&](const sched::NanoBatch& nano, sched::Step first, int count) {
-          const bool after_attention = first.op == LlamaOp::kOAllReduce;
-          const int64_t norm_layer = after_attention ? first.layer : first.layer + 1;
-          TESSERA_CHECK_ARG(count == 2 && (after_attention || first.op == LlamaOp::kMlpAllReduce) &&
-                                norm_layer < int64_t(layers_.size()),
-                            "no fused form of ", count, " steps from layer ", first.layer, " ",
-                            llama_op_name(first.op),
-                            ": expected an all-reduce and the RMSNorm after it");
-          layers_[size_t(norm_layer)].run_all_reduce_norm(
-              after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm, batch, range(nano), x,
-              residual, buffers, comm_, stream_);
+          const AllReduceNorm g =
+              all_reduce_norm_group(first.layer, first.op, count, int64_t(layers_.size()));
+          layers_[size_t(g.layer)].run_all_reduce_norm(g.norm, batch, range(nano), x, residual,
+                                                       buffers, comm_, stream_);
         },
         comm_ == nullptr ? 1 : comm_->size());
     strategy.schedule(ctx);

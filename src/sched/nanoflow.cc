@@ -35,11 +35,10 @@ void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {
     while (const std::optional<Step> s = ctx.ready(n)) {
       Placement where;
       OpKind kind = model::llama_op_kind(s->op);
+      const bool gemm = kind == OpKind::kCompute;  // the operations with a GEMM
       const bool norm = s->op == LlamaOp::kAttnNorm || s->op == LlamaOp::kMlpNorm;
       if (norm || (kind == OpKind::kNetwork && !collectives_wait)) kind = OpKind::kCompute;
       where.stream = kind;
-      const bool gemm = s->op == LlamaOp::kQkv || s->op == LlamaOp::kOProj ||
-                        s->op == LlamaOp::kGateUp || s->op == LlamaOp::kDown;
       if (kind == OpKind::kCompute) {
         if (attending == n) {
           attending = -1;

@@ -168,10 +168,7 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
   // compute stream; the GEMMs between one nano-batch's attention and its own next compute
   // operation (nanoflow:P), or the first W of them (nanoflow:P:W), run on P% of the
   // multiprocessors, the others on all.
-  const auto is_gemm = [](LlamaOp op) {
-    return op == LlamaOp::kQkv || op == LlamaOp::kOProj || op == LlamaOp::kGateUp ||
-           op == LlamaOp::kDown;
-  };
+  const auto is_gemm = [](LlamaOp op) { return model::llama_op_kind(op) == OpKind::kCompute; };
   for (const auto& [name, group, window] :
        std::vector<std::tuple<std::string, int, int>>{{"nanoflow:60", 1, 0},
                                                       {"nanoflow:60", 2, 0},

@@ -48,6 +48,16 @@ const char* llama_op_name(LlamaOp op);
 // Parses llama_op_name's names; throws kInvalidArgument naming `what` and the known names.
 LlamaOp parse_llama_op(std::string_view name, const char* what = "op");
 OpKind llama_op_kind(LlamaOp op);
+
+// The one fused group a layer's chain has: an all-reduce and the RMSNorm that reads it. For
+// `count` steps from layer `layer`'s `first`: the layer the norm belongs to and the norm (the
+// attention all-reduce's is this layer's kMlpNorm, the MLP all-reduce's the next layer's
+// kAttnNorm). Throws kInvalidArgument naming the group when it is not one (`layers`: the chain's).
+struct AllReduceNorm {
+  int64_t layer = 0;
+  LlamaOp norm = LlamaOp::kAttnNorm;
+};
+AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int count, int64_t layers);
 const char* op_kind_name(OpKind kind);  // "compute", "memory", "network"
 
 // The intermediate activations of one layer call, [T, width] each: nano-batches are row

@@ -77,9 +77,12 @@ BlasLtGemm::~BlasLtGemm() {
 
 void BlasLtGemm::run(const void* a, const void* b, const void* bias, void* out, void* workspace,
                      cudaStream_t stream, int max_sms) const {
-  const int32_t target = max_sms;
-  TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
-                                                      &target, sizeof target));
+  if (max_sms != sm_target_) {  // a host call per GEMM only when the share changes
+    const int32_t target = max_sms;
+    TESSERA_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET,
+                                                        &target, sizeof target));
+    sm_target_ = max_sms;
+  }
   if (shape_.bias) {
     TESSERA_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));

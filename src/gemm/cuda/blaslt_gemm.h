@@ -35,6 +35,7 @@ class BlasLtGemm {
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t weight_ = nullptr, input_ = nullptr, output_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
+  mutable int sm_target_ = 0;  // the SM count target op_ holds (0: the device's)
 };
 
 }  // namespace tessera::gemm
