@@ -54,6 +54,8 @@ enum class PointwiseOp : int {
   kSiluAndMul = 0,     // out = silu(a) * b
   kGeluTanh = 1,       // out = gelu_tanh(a)
   kAdalnModulate = 2,  // out = a * (1 + c) + b   (b: shift, c: scale)
+  kGatedAdd = 3,       // out = a + c * b         (c: gate)
+  kSilu = 4,           // out = silu(a)
 };
 struct Operand {
   const void* data = nullptr;
@@ -68,6 +70,24 @@ struct PointwiseParams {
   int64_t out_stride_batch = 0, out_stride_row = 0;
 };
 void launch_pointwise(const PointwiseParams& p, void* cuda_stream);
+
+// A warp per (token, head) row (grid-stride), two passes over the row's pairs: the sum of
+// squares, then the normalized and rotated pairs (each lane reads its pairs before writing
+// them, so out may be x).
+struct HeadNormRotaryParams {
+  Element element = Element::kBF16;
+  int64_t tokens = 0, heads = 0, dim = 0;
+  const void* x = nullptr;
+  int64_t x_stride_token = 0, x_stride_head = 0;
+  void* out = nullptr;
+  int64_t out_stride_token = 0, out_stride_head = 0;
+  const void* weight = nullptr;  // [dim], x's element type
+  float eps = 1e-6f;
+  const float* cos = nullptr;  // [tokens, dim] or nullptr (no rotation)
+  const float* sin = nullptr;
+  int64_t table_stride = 0;
+};
+void launch_head_norm_rotary(const HeadNormRotaryParams& p, void* cuda_stream);
 
 // out[n, :] = table[ids[n], :], one thread per element (grid-stride); an id outside [0, vocab)
 // traps naming it.

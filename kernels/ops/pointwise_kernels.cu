@@ -3,6 +3,8 @@
 //   silu_and_mul:   out = a / (1 + exp(-a)) * b
 //   gelu_tanh:      out = 0.5 a (1 + tanh(sqrt(2/pi) (a + 0.044715 a^3)))
 //   adaln_modulate: out = a (1 + c) + b      (b, c broadcast over rows: stride_row 0)
+//   gated_add:      out = a + c b            (c broadcast over rows)
+//   silu:           out = a / (1 + exp(-a))
 // expf and tanhf are the accurate versions (no fast-math): the cpu reference is the test.
 // Where every operand allows it (2-byte elements, columns a multiple of 8, 16-byte aligned
 // rows) a thread takes eight consecutive columns through 16-byte loads and stores instead, the
@@ -26,15 +28,19 @@ __device__ inline float pointwise_value(float a, float b, float c) {
   } else if constexpr (kOp == PointwiseOp::kGeluTanh) {
     constexpr float kSqrt2OverPi = 0.7978845608028654f;
     return 0.5f * a * (1.0f + tanhf(kSqrt2OverPi * (a + 0.044715f * a * a * a)));
-  } else {
+  } else if constexpr (kOp == PointwiseOp::kAdalnModulate) {
     return a * (1.0f + c) + b;
+  } else if constexpr (kOp == PointwiseOp::kGatedAdd) {
+    return a + c * b;
+  } else {
+    return a / (1.0f + expf(-a));
   }
 }
 
 template <PointwiseOp kOp>
-constexpr bool uses_b = kOp != PointwiseOp::kGeluTanh;
+constexpr bool uses_b = kOp != PointwiseOp::kGeluTanh && kOp != PointwiseOp::kSilu;
 template <PointwiseOp kOp>
-constexpr bool uses_c = kOp == PointwiseOp::kAdalnModulate;
+constexpr bool uses_c = kOp == PointwiseOp::kAdalnModulate || kOp == PointwiseOp::kGatedAdd;
 
 template <typename T, PointwiseOp kOp>
 __device__ inline void pointwise_element(const PointwiseParams& p, int64_t b, int64_t r,
@@ -72,7 +78,8 @@ __global__ void __launch_bounds__(kBlockThreads) pointwise_vec8_kernel(Pointwise
 bool vec8_applies(const PointwiseParams& p) {
   if (p.element == Element::kF32 || p.cols <= 0 || p.cols % 8 != 0 || p.batch * p.rows <= 0)
     return false;
-  const bool b = p.op != PointwiseOp::kGeluTanh, c = p.op == PointwiseOp::kAdalnModulate;
+  const bool b = p.op != PointwiseOp::kGeluTanh && p.op != PointwiseOp::kSilu;
+  const bool c = p.op == PointwiseOp::kAdalnModulate || p.op == PointwiseOp::kGatedAdd;
   return vec8_aligned(p.a.data, {p.a.stride_batch, p.a.stride_row}) &&
          (!b || vec8_aligned(p.b.data, {p.b.stride_batch, p.b.stride_row})) &&
          (!c || vec8_aligned(p.c.data, {p.c.stride_batch, p.c.stride_row})) &&
@@ -98,32 +105,29 @@ void launch_vec8(const PointwiseParams& p, cudaStream_t stream) {
   pointwise_vec8_kernel<T, kOp><<<grid, kBlockThreads, 0, stream>>>(p);
 }
 
-template <typename T>
-void launch_typed(const PointwiseParams& p, cudaStream_t stream) {
+template <typename T, PointwiseOp kOp>
+void launch_op(const PointwiseParams& p, cudaStream_t stream) {
   if constexpr (sizeof(T) == 2) {
-    if (vec8_applies(p)) {
-      switch (p.op) {
-        case PointwiseOp::kSiluAndMul:
-          return launch_vec8<T, PointwiseOp::kSiluAndMul>(p, stream);
-        case PointwiseOp::kGeluTanh:
-          return launch_vec8<T, PointwiseOp::kGeluTanh>(p, stream);
-        case PointwiseOp::kAdalnModulate:
-          return launch_vec8<T, PointwiseOp::kAdalnModulate>(p, stream);
-      }
-    }
+    if (vec8_applies(p)) return launch_vec8<T, kOp>(p, stream);
   }
   const int64_t tiles = (p.cols + kBlockThreads - 1) / kBlockThreads;
   const dim3 grid(grid_blocks(p.batch * p.rows * tiles, 1)), block(kBlockThreads);
+  pointwise_kernel<T, kOp><<<grid, block, 0, stream>>>(p);
+}
+
+template <typename T>
+void launch_typed(const PointwiseParams& p, cudaStream_t stream) {
   switch (p.op) {
     case PointwiseOp::kSiluAndMul:
-      pointwise_kernel<T, PointwiseOp::kSiluAndMul><<<grid, block, 0, stream>>>(p);
-      break;
+      return launch_op<T, PointwiseOp::kSiluAndMul>(p, stream);
     case PointwiseOp::kGeluTanh:
-      pointwise_kernel<T, PointwiseOp::kGeluTanh><<<grid, block, 0, stream>>>(p);
-      break;
+      return launch_op<T, PointwiseOp::kGeluTanh>(p, stream);
     case PointwiseOp::kAdalnModulate:
-      pointwise_kernel<T, PointwiseOp::kAdalnModulate><<<grid, block, 0, stream>>>(p);
-      break;
+      return launch_op<T, PointwiseOp::kAdalnModulate>(p, stream);
+    case PointwiseOp::kGatedAdd:
+      return launch_op<T, PointwiseOp::kGatedAdd>(p, stream);
+    case PointwiseOp::kSilu:
+      return launch_op<T, PointwiseOp::kSilu>(p, stream);
   }
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/linear.h"
+#include "tessera/core/error.h"
 #include "tessera/core/tensor_view.h"
 #include "tessera/model/ops.h"
 
@@ -61,11 +62,13 @@ std::vector<float> gelu_mlp(const LinearWeights& up, const LinearWeights& down,
   return dense(down, h, rows, inner);
 }
 
-void head_rms_norm(std::vector<float>& x, int64_t rows, int64_t heads, int64_t d,
-                   const std::vector<float>& weight, float eps) {
+void head_rms_norm_rotary(std::vector<float>& x, int64_t rows, int64_t heads, int64_t d,
+                          const std::vector<float>& weight, float eps,
+                          const std::vector<float>& cos_t, const std::vector<float>& sin_t) {
   if (rows == 0) return;
-  const TensorView v = rows_view(x.data(), rows * heads, d);
-  rms_norm(v, {}, vector_view(weight), eps, v, Stream::cpu());
+  const TensorView v(x.data(), DType::kF32, Device::cpu(), {rows, heads, d});
+  model::head_rms_norm_rotary(v, vector_view(weight), eps, rows_view(cos_t.data(), rows, d),
+                              rows_view(sin_t.data(), rows, d), v, Stream::cpu());
 }
 
 void head_layer_norm(std::vector<float>& x, int64_t rows, int64_t heads, int64_t d,
@@ -87,6 +90,60 @@ void rotate_interleaved(std::vector<float>& x, int64_t rows, int64_t heads, int6
         v[j] = a * cs[j] + (-b) * sn[j];
         v[j + 1] = b * cs[j + 1] + a * sn[j + 1];
       }
+    }
+  }
+}
+
+std::vector<float> timestep_sinusoid(float t) {
+  constexpr int kHalf = 128;
+  std::vector<float> e(2 * kHalf);
+  const float scaled = t * 1000.0f;
+  for (int i = 0; i < kHalf; ++i) {
+    const float f = std::exp(-std::log(10000.0f) * float(i) / float(kHalf));
+    e[size_t(i)] = std::cos(scaled * f);
+    e[size_t(kHalf + i)] = std::sin(scaled * f);
+  }
+  return e;
+}
+
+void check_flux(const FluxConfig& config, const FluxDitShape& shape) {
+  int64_t axes_sum = 0;
+  for (int64_t a : config.axes_dims_rope) {
+    TESSERA_CHECK_ARG(a >= 2 && a % 2 == 0, "axes_dims_rope: ", a, ": expected even dims >= 2");
+    axes_sum += a;
+  }
+  TESSERA_CHECK_ARG(config.axes_dims_rope.size() == 3 && axes_sum == config.attention_head_dim,
+                    "axes_dims_rope: expected 3 axes summing to attention_head_dim = ",
+                    config.attention_head_dim);
+  TESSERA_CHECK_ARG(shape.image_tokens >= 1 && shape.text_tokens >= 0,
+                    "shape: image_tokens = ", shape.image_tokens, ", text_tokens = ",
+                    shape.text_tokens, ": expected >= 1 and >= 0");
+  TESSERA_CHECK_ARG(shape.grid_width >= 1 && shape.image_tokens % shape.grid_width == 0,
+                    "shape.grid_width = ", shape.grid_width, ": expected a divisor of the ",
+                    shape.image_tokens, " image tokens");
+}
+
+void flux_rope_tables(const std::vector<int64_t>& tokens, int64_t grid_width,
+                      const std::vector<int64_t>& axes, std::vector<float>& cos_out,
+                      std::vector<float>& sin_out) {
+  int64_t d = 0;
+  for (int64_t a : axes) d += a;
+  cos_out.assign(tokens.size() * size_t(d), 0.0f);
+  sin_out.assign(tokens.size() * size_t(d), 0.0f);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const int64_t ids[3] = {0, tokens[t] / grid_width, tokens[t] % grid_width};
+    int64_t dim0 = 0;
+    for (size_t axis = 0; axis < axes.size() && axis < 3; ++axis) {
+      const int64_t di = axes[axis];
+      for (int64_t j = 0; j < di / 2; ++j) {
+        const double freq = 1.0 / std::pow(10000.0, double(2 * j) / double(di));
+        const double angle = double(ids[axis]) * freq;
+        for (int64_t e : {dim0 + 2 * j, dim0 + 2 * j + 1}) {
+          cos_out[t * size_t(d) + size_t(e)] = float(std::cos(angle));
+          sin_out[t * size_t(d) + size_t(e)] = float(std::sin(angle));
+        }
+      }
+      dim0 += di;
     }
   }
 }

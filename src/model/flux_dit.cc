@@ -3,7 +3,6 @@
 #include "tessera/model/flux_dit.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 
 #include "model/dit_ops.h"
@@ -23,20 +22,6 @@ std::vector<float> apply(const LinearWeights& l, const std::vector<float>& x, in
   return dit::dense(l, x, rows, int64_t(l.weight.size() / l.bias.size()));
 }
 
-// diffusers' Timesteps(256, flip_sin_to_cos=True, downscale_freq_shift=0) of t * 1000, in
-// float32: [cos(t f_i), sin(t f_i)], f_i = exp(-ln(10000) i / 128).
-std::vector<float> sinusoid(float t) {
-  constexpr int kHalf = 128;
-  std::vector<float> e(2 * kHalf);
-  const float scaled = t * 1000.0f;
-  for (int i = 0; i < kHalf; ++i) {
-    const float f = std::exp(-std::log(10000.0f) * float(i) / float(kHalf));
-    e[size_t(i)] = std::cos(scaled * f);
-    e[size_t(kHalf + i)] = std::sin(scaled * f);
-  }
-  return e;
-}
-
 // layer_norm (no affine) of `rows` rows, then * (1 + scale) + shift.
 std::vector<float> modulated_norm(const std::vector<float>& x, int64_t rows, int64_t c,
                                   const float* shift, const float* scale) {
@@ -46,30 +31,6 @@ std::vector<float> modulated_norm(const std::vector<float>& x, int64_t rows, int
 std::vector<float> feed_forward(const LinearWeights& up, const LinearWeights& down,
                                 const std::vector<float>& x, int64_t rows) {
   return dit::gelu_mlp(up, down, x, rows, int64_t(up.weight.size() / up.bias.size()));
-}
-
-// Flux's RoPE tables for tokens with position ids (a0, a1, a2): per axis i of dims d_i (summing
-// to D), pair j of the axis turns by angle = a_i * theta^(-2j / d_i), in float64 as diffusers'
-// get_1d_rotary_pos_embed, then cos and sin rounded to float32, each for both dims of the pair.
-void rope_tables(const std::vector<std::array<int64_t, 3>>& ids, const std::vector<int64_t>& axes,
-                 int64_t d, std::vector<float>& cos_out, std::vector<float>& sin_out) {
-  cos_out.assign(ids.size() * size_t(d), 0.0f);
-  sin_out.assign(ids.size() * size_t(d), 0.0f);
-  for (size_t t = 0; t < ids.size(); ++t) {
-    int64_t dim0 = 0;
-    for (size_t axis = 0; axis < axes.size(); ++axis) {
-      const int64_t di = axes[axis];
-      for (int64_t j = 0; j < di / 2; ++j) {
-        const double freq = 1.0 / std::pow(10000.0, double(2 * j) / double(di));
-        const double angle = double(ids[t][axis]) * freq;
-        for (int64_t e : {dim0 + 2 * j, dim0 + 2 * j + 1}) {
-          cos_out[t * size_t(d) + size_t(e)] = float(std::cos(angle));
-          sin_out[t * size_t(d) + size_t(e)] = float(std::sin(angle));
-        }
-      }
-      dim0 += di;
-    }
-  }
 }
 
 }  // namespace
@@ -83,24 +44,12 @@ FluxDit::FluxDit(const FluxConfig& config, FluxDitWeights weights, RankContext& 
   c_ = config.inner_dim();
   heads_ = config.num_attention_heads;
   d_ = config.attention_head_dim;
-  int64_t axes_sum = 0;
-  for (int64_t a : config.axes_dims_rope) {
-    TESSERA_CHECK_ARG(a >= 2 && a % 2 == 0, "axes_dims_rope: ", a, ": expected even dims >= 2");
-    axes_sum += a;
-  }
-  TESSERA_CHECK_ARG(config.axes_dims_rope.size() == 3 && axes_sum == d_,
-                    "axes_dims_rope: expected 3 axes summing to attention_head_dim = ", d_);
+  dit::check_flux(config, shape);
   TESSERA_CHECK_ARG(int64_t(w_.double_blocks.size()) == config.num_layers &&
                         int64_t(w_.single_blocks.size()) == config.num_single_layers,
                     "weights: ", w_.double_blocks.size(), " double and ", w_.single_blocks.size(),
                     " single blocks, expected num_layers = ", config.num_layers,
                     " and num_single_layers = ", config.num_single_layers);
-  TESSERA_CHECK_ARG(shape.image_tokens >= 1 && shape.text_tokens >= 0,
-                    "shape: image_tokens = ", shape.image_tokens, ", text_tokens = ",
-                    shape.text_tokens, ": expected >= 1 and >= 0");
-  TESSERA_CHECK_ARG(shape.grid_width >= 1 && shape.image_tokens % shape.grid_width == 0,
-                    "shape.grid_width = ", shape.grid_width, ": expected a divisor of the ",
-                    shape.image_tokens, " image tokens");
   sp::PlanRequest request;
   request.batch = 1;
   request.seq_len = shape.image_tokens;
@@ -115,10 +64,10 @@ FluxDit::FluxDit(const FluxConfig& config, FluxDitWeights weights, RankContext& 
     for (int64_t i = 0; i < run.count; ++i) local_tokens_.push_back(run.at(i) - shape.text_tokens);
   }
   rows_ = int64_t(local_tokens_.size());
-  std::vector<std::array<int64_t, 3>> text_ids(size_t(shape.text_tokens), {0, 0, 0}), image_ids;
-  for (int64_t t : local_tokens_) image_ids.push_back({0, t / shape.grid_width, t % shape.grid_width});
-  rope_tables(text_ids, config.axes_dims_rope, d_, cos_t_, sin_t_);
-  rope_tables(image_ids, config.axes_dims_rope, d_, cos_x_, sin_x_);
+  std::vector<int64_t> text_tokens;  // text ids are (0, 0, 0): the image token 0's
+  text_tokens.assign(size_t(shape.text_tokens), 0);
+  dit::flux_rope_tables(text_tokens, shape.grid_width, config.axes_dims_rope, cos_t_, sin_t_);
+  dit::flux_rope_tables(local_tokens_, shape.grid_width, config.axes_dims_rope, cos_x_, sin_x_);
 }
 
 FluxDit::~FluxDit() = default;
@@ -130,14 +79,10 @@ void FluxDit::attend(std::vector<float>& qt, std::vector<float>& kt, std::vector
                      const std::vector<float>& norm_added_k, std::vector<float>& out_t,
                      std::vector<float>& out_x) const {
   const int64_t j = shape_.text_tokens;
-  dit::head_rms_norm(qt, j, heads_, d_, norm_added_q, kEps);
-  dit::head_rms_norm(kt, j, heads_, d_, norm_added_k, kEps);
-  dit::head_rms_norm(qx, rows_, heads_, d_, norm_q, kEps);
-  dit::head_rms_norm(kx, rows_, heads_, d_, norm_k, kEps);
-  dit::rotate_interleaved(qt, j, heads_, d_, cos_t_, sin_t_);
-  dit::rotate_interleaved(kt, j, heads_, d_, cos_t_, sin_t_);
-  dit::rotate_interleaved(qx, rows_, heads_, d_, cos_x_, sin_x_);
-  dit::rotate_interleaved(kx, rows_, heads_, d_, cos_x_, sin_x_);
+  dit::head_rms_norm_rotary(qt, j, heads_, d_, norm_added_q, kEps, cos_t_, sin_t_);
+  dit::head_rms_norm_rotary(kt, j, heads_, d_, norm_added_k, kEps, cos_t_, sin_t_);
+  dit::head_rms_norm_rotary(qx, rows_, heads_, d_, norm_q, kEps, cos_x_, sin_x_);
+  dit::head_rms_norm_rotary(kx, rows_, heads_, d_, norm_k, kEps, cos_x_, sin_x_);
   out_t.assign(size_t(j * c_), 0.0f);
   out_x.assign(size_t(rows_ * c_), 0.0f);
   auto view = [&](std::vector<float>& v, int64_t rows) {
@@ -222,10 +167,10 @@ std::vector<float> FluxDit::forward(const std::vector<float>& image,
   std::vector<float> x = apply(w_.x_embedder, image, rows_);
   std::vector<float> c = apply(w_.context_embedder, text, j);
   // temb = timestep [+ guidance] + pooled text, each through its two-layer SiLU MLP.
-  std::vector<float> temb = apply(w_.time_2, silu(apply(w_.time_1, sinusoid(cond.timestep), 1)), 1);
+  std::vector<float> temb = apply(w_.time_2, silu(apply(w_.time_1, dit::timestep_sinusoid(cond.timestep), 1)), 1);
   if (config_.guidance_embeds) {
     const std::vector<float> g =
-        apply(w_.guidance_2, silu(apply(w_.guidance_1, sinusoid(cond.guidance), 1)), 1);
+        apply(w_.guidance_2, silu(apply(w_.guidance_1, dit::timestep_sinusoid(cond.guidance), 1)), 1);
     for (size_t i = 0; i < temb.size(); ++i) temb[i] += g[i];
   }
   const std::vector<float> pooled = apply(w_.text_2, silu(apply(w_.text_1, cond.pooled, 1)), 1);

@@ -11,8 +11,7 @@
 namespace tessera::model {
 namespace {
 
-// A tensor's values by diffusers name and shape [rows, cols] (cols = 1 for vectors).
-using Source = std::function<std::vector<float>(const std::string& name, int64_t rows, int64_t cols)>;
+using Source = FluxTensorSource;
 
 LinearWeights linear(const Source& source, const std::string& name, int64_t out, int64_t in) {
   return {source(name + ".weight", out, in), source(name + ".bias", out, 1)};
@@ -81,27 +80,39 @@ FluxDitWeights load(const FluxConfig& f, const Source& source) {
 
 }  // namespace
 
-FluxDitWeights random_flux_weights(const FluxConfig& config, uint64_t seed) {
-  return load(config, [&](const std::string& name, int64_t rows, int64_t cols) {
+FluxTensorSource random_flux_source(uint64_t seed) {
+  return [seed](const std::string& name, int64_t rows, int64_t cols) {
     const bool norm = name.ends_with("norm_q.weight") || name.ends_with("norm_k.weight") ||
                       name.ends_with("norm_added_q.weight") || name.ends_with("norm_added_k.weight");
     const bool bias = name.ends_with(".bias");
     return random_tensor(seed, name, rows, cols, norm ? 1.0f : 0.0f,
                          norm || bias ? 0.1f : 1.0f / std::sqrt(float(cols)));
-  });
+  };
+}
+
+FluxTensorSource store_flux_source(const WeightStore& store) {
+  return [&store](const std::string& name, int64_t rows, int64_t cols) {
+    return whole_tensor(store, name, rows, cols);
+  };
+}
+
+FluxDitWeights load_flux_weights(const FluxConfig& config, const FluxTensorSource& source) {
+  return load(config, source);
+}
+
+FluxDitWeights random_flux_weights(const FluxConfig& config, uint64_t seed) {
+  return load(config, random_flux_source(seed));
 }
 
 FluxDitWeights load_flux_weights(const FluxConfig& config, const WeightStore& store) {
-  return load(config, [&](const std::string& name, int64_t rows, int64_t cols) {
-    return whole_tensor(store, name, rows, cols);
-  });
+  return load(config, store_flux_source(store));
 }
 
 std::vector<FluxTensorInfo> flux_tensor_names(const FluxConfig& config) {
   std::vector<FluxTensorInfo> names;
   load(config, [&](const std::string& name, int64_t rows, int64_t cols) {
     names.push_back({name, cols == 1 ? std::vector<int64_t>{rows} : std::vector<int64_t>{rows, cols}});
-    return std::vector<float>(size_t(rows * cols));
+    return std::vector<float>();  // names only: no values held
   });
   return names;
 }

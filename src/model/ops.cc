@@ -47,6 +47,17 @@ void check_rows(const TensorView& t, const Stream& stream, const char* what) {
   check_on_stream(t, stream, what);
 }
 
+// [B, L, C] with unit stride in C, a float dtype, on the stream's device.
+void check_tokens(const TensorView& t, const Stream& stream, const char* what) {
+  TESSERA_CHECK_ARG(t.ndim() == 3, what, " = ", t.to_string(), ": expected 3 dims [B, L, C]");
+  TESSERA_CHECK_ARG(t.size(2) >= 1 && (t.size(2) == 1 || t.stride(2) == 1), what, " = ",
+                    t.to_string(), ": expected C >= 1 with stride 1");
+  TESSERA_CHECK_ARG(is_float(t.dtype()), what, " has dtype ", dtype_name(t.dtype()),
+                    ": expected bf16, f16 or f32");
+  check_has_data(t, what);
+  check_on_stream(t, stream, what);
+}
+
 void check_shape(const TensorView& t, const TensorView& like, const char* what,
                  const char* like_name) {
   bool same = t.ndim() == like.ndim();
@@ -269,15 +280,7 @@ void gelu_tanh(const TensorView& x, const TensorView& out, const Stream& stream)
 
 void adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale,
                     const TensorView& out, const Stream& stream) {
-  for (auto [t, what] : {std::pair{&x, "x"}, std::pair{&out, "out"}}) {
-    TESSERA_CHECK_ARG(t->ndim() == 3, what, " = ", t->to_string(), ": expected 3 dims [B, L, C]");
-    TESSERA_CHECK_ARG(t->size(2) >= 1 && (t->size(2) == 1 || t->stride(2) == 1), what, " = ",
-                      t->to_string(), ": expected C >= 1 with stride 1");
-    TESSERA_CHECK_ARG(is_float(t->dtype()), what, " has dtype ", dtype_name(t->dtype()),
-                      ": expected bf16, f16 or f32");
-    check_has_data(*t, what);
-    check_on_stream(*t, stream, what);
-  }
+  for (auto [t, what] : {std::pair{&x, "x"}, std::pair{&out, "out"}}) check_tokens(*t, stream, what);
   check_shape(out, x, "out", "x");
   check_same_dtype(out, x, "out", "x");
   check_no_partial_overlap(out, x, "out", "x");
@@ -292,6 +295,79 @@ void adaln_modulate(const TensorView& x, const TensorView& shift, const TensorVi
   if (on_cpu(stream)) return detail::reference_adaln_modulate(x, shift, scale, out);
 #ifdef TESSERA_WITH_CUDA
   detail::cuda_adaln_modulate(x, shift, scale, out, stream);
+#endif
+}
+
+void gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
+               const TensorView& out, const Stream& stream) {
+  for (auto [t, what] : {std::pair{&x, "x"}, std::pair{&y, "y"}, std::pair{&out, "out"}})
+    check_tokens(*t, stream, what);
+  check_shape(y, x, "y", "x");
+  check_shape(out, x, "out", "x");
+  check_same_dtype(y, x, "y", "x");
+  check_same_dtype(out, x, "out", "x");
+  check_no_partial_overlap(out, x, "out", "x");
+  check_no_partial_overlap(out, y, "out", "y");
+  check_rows(gate, stream, "gate");
+  TESSERA_CHECK_ARG(gate.size(0) == x.size(0) && gate.size(1) == x.size(2), "gate = ",
+                    gate.to_string(), ": expected [", x.size(0), ", ", x.size(2), "] [B, C] of x");
+  check_same_dtype(gate, x, "gate", "x");
+  check_no_partial_overlap(out, gate, "out", "gate");
+  if (x.numel() == 0) return;
+  if (on_cpu(stream)) return detail::reference_gated_add(x, y, gate, out);
+#ifdef TESSERA_WITH_CUDA
+  detail::cuda_gated_add(x, y, gate, out, stream);
+#endif
+}
+
+void silu(const TensorView& x, const TensorView& out, const Stream& stream) {
+  check_rows(x, stream, "x");
+  check_rows(out, stream, "out");
+  check_shape(out, x, "out", "x");
+  check_same_dtype(out, x, "out", "x");
+  check_no_partial_overlap(out, x, "out", "x");
+  if (x.size(0) == 0) return;
+  if (on_cpu(stream)) return detail::reference_silu(x, out);
+#ifdef TESSERA_WITH_CUDA
+  detail::cuda_silu(x, out, stream);
+#endif
+}
+
+void head_rms_norm_rotary(const TensorView& x, const TensorView& weight, float eps,
+                          const TensorView& cos, const TensorView& sin, const TensorView& out,
+                          const Stream& stream) {
+  for (auto [t, what] : {std::pair{&x, "x"}, std::pair{&out, "out"}}) {
+    TESSERA_CHECK_ARG(t->ndim() == 3, what, " = ", t->to_string(), ": expected 3 dims [T, H, D]");
+    TESSERA_CHECK_ARG(t->size(2) == 1 || t->stride(2) == 1, what, " = ", t->to_string(),
+                      " has stride ", t->stride(2), " in D: expected 1");
+    TESSERA_CHECK_ARG(is_float(t->dtype()), what, " has dtype ", dtype_name(t->dtype()),
+                      ": expected bf16, f16 or f32");
+    check_has_data(*t, what);
+    check_on_stream(*t, stream, what);
+  }
+  const int64_t d = x.size(2);
+  TESSERA_CHECK_ARG(d >= 2 && d % 2 == 0 && d <= 4096, "x = ", x.to_string(),
+                    ": expected an even head dimension D from 2 to 4096");
+  check_shape(out, x, "out", "x");
+  check_same_dtype(out, x, "out", "x");
+  check_no_partial_overlap(out, x, "out", "x");
+  check_vector(weight, d, x, stream, "weight");
+  check_eps(eps);
+  TESSERA_CHECK_ARG(cos.empty() == sin.empty(), cos.empty() ? "cos" : "sin",
+                    " is empty but the other table is not: expected both (RoPE) or neither");
+  if (!cos.empty()) {
+    for (auto [t, what] : {std::pair{&cos, "cos"}, std::pair{&sin, "sin"}}) {
+      check_rows(*t, stream, what);
+      TESSERA_CHECK_ARG(t->dtype() == DType::kF32 && t->size(0) == x.size(0) && t->size(1) == d,
+                        what, " = ", t->to_string(), ": expected f32[", x.size(0), ", ", d,
+                        "] [T, D] of x");
+      check_no_partial_overlap(out, *t, "out", what);
+    }
+  }
+  if (x.numel() == 0) return;
+  if (on_cpu(stream)) return detail::reference_head_rms_norm_rotary(x, weight, eps, cos, sin, out);
+#ifdef TESSERA_WITH_CUDA
+  detail::cuda_head_rms_norm_rotary(x, weight, eps, cos, sin, out, stream);
 #endif
 }
 

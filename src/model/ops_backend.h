@@ -20,6 +20,12 @@ void cuda_silu_and_mul(const TensorView& gate, const TensorView& up, const Tenso
 void cuda_gelu_tanh(const TensorView& x, const TensorView& out, const Stream& stream);
 void cuda_adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale,
                          const TensorView& out, const Stream& stream);
+void cuda_gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
+                    const TensorView& out, const Stream& stream);
+void cuda_silu(const TensorView& x, const TensorView& out, const Stream& stream);
+void cuda_head_rms_norm_rotary(const TensorView& x, const TensorView& weight, float eps,
+                               const TensorView& cos, const TensorView& sin,
+                               const TensorView& out, const Stream& stream);
 void cuda_embedding(const TensorView& ids, const TensorView& table, const TensorView& out,
                     const Stream& stream);
 void cuda_scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table,

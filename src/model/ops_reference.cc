@@ -126,6 +126,58 @@ void reference_adaln_modulate(const TensorView& x, const TensorView& shift, cons
       }
 }
 
+void reference_gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
+                         const TensorView& out) {
+  for (int64_t b = 0; b < x.size(0); ++b)
+    for (int64_t l = 0; l < x.size(1); ++l)
+      for (int64_t c = 0; c < x.size(2); ++c) {
+        const float v = load_as_float(x.data(), x.dtype(), b * x.stride(0) + l * x.stride(1) + c);
+        const float w = load_as_float(y.data(), y.dtype(), b * y.stride(0) + l * y.stride(1) + c);
+        store_from_float(out.data(), out.dtype(), b * out.stride(0) + l * out.stride(1) + c,
+                         v + at(gate, b, c) * w);
+      }
+}
+
+void reference_silu(const TensorView& x, const TensorView& out) {
+  for (int64_t i = 0; i < x.size(0); ++i)
+    for (int64_t c = 0; c < x.size(1); ++c) {
+      const float v = at(x, i, c);
+      put(out, i, c, v / (1.0f + std::exp(-v)));
+    }
+}
+
+void reference_head_rms_norm_rotary(const TensorView& x, const TensorView& weight, float eps,
+                                    const TensorView& cos, const TensorView& sin,
+                                    const TensorView& out) {
+  const int64_t d = x.size(2);
+  std::vector<float> n(size_t(d), 0.0f);
+  for (int64_t t = 0; t < x.size(0); ++t)
+    for (int64_t h = 0; h < x.size(1); ++h) {
+      const int64_t in_row = t * x.stride(0) + h * x.stride(1);
+      float sum_sq = 0;
+      for (int64_t e = 0; e < d; ++e) {
+        n[size_t(e)] = load_as_float(x.data(), x.dtype(), in_row + e);
+        sum_sq += n[size_t(e)] * n[size_t(e)];
+      }
+      const float inv_rms = 1.0f / std::sqrt(sum_sq / float(d) + eps);
+      for (int64_t e = 0; e < d; ++e)
+        n[size_t(e)] = n[size_t(e)] * inv_rms * load_as_float(weight.data(), weight.dtype(), e);
+      const int64_t out_row = t * out.stride(0) + h * out.stride(1);
+      for (int64_t e = 0; e < d; e += 2) {
+        float a = n[size_t(e)], b = n[size_t(e + 1)];
+        if (!cos.empty()) {
+          const float c0 = at(cos, t, e), c1 = at(cos, t, e + 1);
+          const float s0 = at(sin, t, e), s1 = at(sin, t, e + 1);
+          const float ra = a * c0 - b * s0, rb = b * c1 + a * s1;
+          a = ra;
+          b = rb;
+        }
+        store_from_float(out.data(), out.dtype(), out_row + e, a);
+        store_from_float(out.data(), out.dtype(), out_row + e + 1, b);
+      }
+    }
+}
+
 void reference_embedding(const TensorView& ids, const TensorView& table, const TensorView& out) {
   for (int64_t n = 0; n < ids.size(0); ++n) {
     const int64_t row = id_at(ids, n);

@@ -16,6 +16,12 @@ void reference_silu_and_mul(const TensorView& gate, const TensorView& up, const 
 void reference_gelu_tanh(const TensorView& x, const TensorView& out);
 void reference_adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale,
                               const TensorView& out);
+void reference_gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
+                         const TensorView& out);
+void reference_silu(const TensorView& x, const TensorView& out);
+void reference_head_rms_norm_rotary(const TensorView& x, const TensorView& weight, float eps,
+                                    const TensorView& cos, const TensorView& sin,
+                                    const TensorView& out);
 void reference_embedding(const TensorView& ids, const TensorView& table, const TensorView& out);
 void reference_scatter_rows(const TensorView& src, const TensorView& ids, const TensorView& table);
 void reference_argmax(const TensorView& logits, const TensorView& out);

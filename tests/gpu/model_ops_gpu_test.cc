@@ -166,6 +166,47 @@ TEST_F(ModelOpsGpu, PointwiseOpsMatchTheReference) {
         adaln_modulate(tokens.device, mod.device.view().slice(1, 3 * c, c),
                        mod.device.view().slice(1, 4 * c, c), modulated.device, stream_);
         expect_close(modulated, "adaln_modulate");
+
+        Pair residual = make({batch, rows, c}, dtype, 10);
+        Pair update = make({batch, rows, c}, dtype, 11);
+        gated_add(residual.host, update.host, mod.host.view().slice(1, 2 * c, c), residual.host,
+                  Stream::cpu());
+        gated_add(residual.device, update.device, mod.device.view().slice(1, 2 * c, c),
+                  residual.device, stream_);
+        expect_close(residual, "gated_add in place");
+
+        Pair act = make({rows, c}, dtype, 12, -8.0f, 8.0f);
+        Pair act_out = poisoned({rows, c}, dtype);
+        silu(act.host, act_out.host, Stream::cpu());
+        silu(act.device, act_out.device, stream_);
+        expect_close(act_out, "silu");
+      }
+}
+
+// Flux's q/k norm and rotation on q and k inside a packed [T, 3C] qkv (strided views), in place,
+// with the RoPE tables and without; head dims 64 and 128 (Flux's) and 6 (fewer pairs than lanes).
+TEST_F(ModelOpsGpu, HeadRmsNormRotaryMatchesTheReferenceOnPackedQkv) {
+  for (DType dtype : kFloatTypes)
+    for (int64_t d : {6, 64, 128})
+      for (bool tables : {true, false}) {
+        const int64_t tokens = 37, heads = 3, c = heads * d;
+        Pair qkv = make({tokens, 3 * c}, dtype, 13, -3.0f, 3.0f);
+        Pair weight = make({d}, dtype, 14, 0.5f, 1.5f);
+        Pair cos = make({tokens, d}, DType::kF32, 15, -1.0f, 1.0f);
+        Pair sin = make({tokens, d}, DType::kF32, 16, -1.0f, 1.0f);
+        for (int64_t column : {int64_t(0), c}) {  // q, then k
+          auto heads_of = [&](const Tensor& t) {
+            auto* data = static_cast<std::byte*>(t.data()) + size_t(column) * dtype_size(dtype);
+            return TensorView(data, dtype, t.view().device(), {tokens, heads, d}, {3 * c, d, 1});
+          };
+          const TensorView h = heads_of(qkv.host), g = heads_of(qkv.device);
+          head_rms_norm_rotary(h, weight.host, 1e-6f, tables ? cos.host.view() : TensorView(),
+                               tables ? sin.host.view() : TensorView(), h, Stream::cpu());
+          head_rms_norm_rotary(g, weight.device, 1e-6f, tables ? cos.device.view() : TensorView(),
+                               tables ? sin.device.view() : TensorView(), g, stream_);
+        }
+        SCOPED_TRACE(::testing::Message() << "D " << d << (tables ? " with" : " without") << " tables");
+        expect_close(qkv, "head_rms_norm_rotary (v untouched)", 1e-4);
       }
 }
 

@@ -311,6 +311,68 @@ TEST(ModelOps, AdalnModulateBroadcastsShiftAndScaleOverTokens) {
   }
 }
 
+TEST(ModelOps, GatedAddAndSiluMatchFloat64) {
+  for (DType dtype : kFloatTypes) {
+    const int64_t b_len = 2, l_len = 3, c = 5, n = b_len * l_len * c;
+    Tensor x = make({b_len, l_len, c}, dtype, random_values(size_t(n), 21));
+    Tensor y = make({b_len, l_len, c}, dtype, random_values(size_t(n), 22));
+    Tensor gate = make({b_len, c}, dtype, random_values(size_t(b_len * c), 23));
+    const std::vector<double> xv = values_of(x), yv = values_of(y), gv = values_of(gate);
+    gated_add(x, y, gate, x, kCpu);  // in place
+    std::vector<double> expected(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t b = i / (l_len * c), j = i % c;
+      expected[size_t(i)] = xv[size_t(i)] + gv[size_t(b * c + j)] * yv[size_t(i)];
+    }
+    expect_near_all(x, expected, "gated_add");
+
+    Tensor a = make({3, 7}, dtype, random_values(21, 24, -8.0f, 8.0f));
+    Tensor out = make({3, 7}, dtype, std::vector<float>(21, NAN));
+    silu(a, out, kCpu);
+    std::vector<double> want;
+    for (double v : values_of(a)) want.push_back(v / (1.0 + std::exp(-v)));
+    expect_near_all(out, want, "silu");
+  }
+}
+
+// Per head: RMSNorm over D then the interleaved pairs rotated by the tables' angles; on q inside
+// a packed [T, 3C] row (strided), in place, and without tables (norm only).
+TEST(ModelOps, HeadRmsNormRotaryNormalizesEachHeadThenTurnsItsPairs) {
+  for (DType dtype : kFloatTypes)
+    for (bool tables : {true, false}) {
+      const int64_t t_len = 3, heads = 2, d = 6, c = heads * d;
+      Tensor qkv = make({t_len, 3 * c}, dtype, random_values(size_t(t_len * 3 * c), 25));
+      Tensor weight = make({d}, dtype, random_values(size_t(d), 26, 0.5f, 1.5f));
+      std::vector<float> angles = random_values(size_t(t_len * d), 27, -3.0f, 3.0f);
+      std::vector<float> cos_v, sin_v;
+      for (float a : angles) {
+        cos_v.push_back(std::cos(a));
+        sin_v.push_back(std::sin(a));
+      }
+      Tensor cos_t = make({t_len, d}, DType::kF32, cos_v), sin_t = make({t_len, d}, DType::kF32, sin_v);
+      const std::vector<double> before = values_of(qkv), wv = values_of(weight);
+      const TensorView q(qkv.data(), dtype, Device::cpu(), {t_len, heads, d}, {3 * c, d, 1});
+      head_rms_norm_rotary(q, weight, 1e-6f, tables ? cos_t.view() : TensorView(),
+                           tables ? sin_t.view() : TensorView(), q, kCpu);
+      std::vector<double> expected = before;
+      for (int64_t t = 0; t < t_len; ++t)
+        for (int64_t h = 0; h < heads; ++h) {
+          const size_t row = size_t(t * 3 * c + h * d);
+          double sum_sq = 0;
+          for (int64_t e = 0; e < d; ++e) sum_sq += before[row + size_t(e)] * before[row + size_t(e)];
+          const double inv = 1.0 / std::sqrt(sum_sq / double(d) + 1e-6);
+          for (int64_t e = 0; e < d; e += 2) {
+            const double a = before[row + size_t(e)] * inv * wv[size_t(e)];
+            const double b = before[row + size_t(e) + 1] * inv * wv[size_t(e) + 1];
+            const size_t k = size_t(t * d + e);
+            expected[row + size_t(e)] = tables ? a * cos_v[k] - b * sin_v[k] : a;
+            expected[row + size_t(e) + 1] = tables ? b * cos_v[k + 1] + a * sin_v[k + 1] : b;
+          }
+        }
+      expect_near_all(qkv, expected, tables ? "head_rms_norm_rotary" : "head_rms_norm_rotary, no tables");
+    }
+}
+
 TEST(ModelOps, EmbeddingCopiesRowsAndRefusesIdsOutsideTheTable) {
   for (DType id_dtype : {DType::kI32, DType::kI64}) {
     Tensor table = make({5, 3}, DType::kBF16, random_values(15, 15));
@@ -439,6 +501,21 @@ TEST(ModelOps, ArgumentsAreCheckedNamingThem) {
       "shift = f32[1, 3] cpu: expected [2, 3] [B, C] of x");
   has(error_of([&] { adaln_modulate(x, x, x, x, kCpu); }),
       "x = f32[2, 3] cpu: expected 3 dims [B, L, C]");
+  has(error_of([&] { gated_add(x3, x3, shift, x3, kCpu); }),
+      "gate = f32[1, 3] cpu: expected [2, 3] [B, C] of x");
+  has(error_of([&] { silu(x, big, kCpu); }), "out = f32[2, 4] cpu: expected the shape of x");
+  Tensor heads5 = make({2, 1, 5}, DType::kF32, std::vector<float>(10));
+  Tensor w5 = make({5}, DType::kF32, {1, 1, 1, 1, 1});
+  has(error_of([&] { head_rms_norm_rotary(heads5, w5, 1e-6f, {}, {}, heads5, kCpu); }),
+      "expected an even head dimension D");
+  Tensor heads4 = make({2, 1, 4}, DType::kF32, std::vector<float>(8));
+  Tensor table2x4 = make({2, 4}, DType::kF32, std::vector<float>(8));
+  has(error_of([&] { head_rms_norm_rotary(heads4, w4, 1e-6f, table2x4, {}, heads4, kCpu); }),
+      "sin is empty but the other table is not");
+  has(error_of([&] { head_rms_norm_rotary(heads4, w4, 1e-6f, out, out, heads4, kCpu); }),
+      "cos = f32[2, 3] cpu: expected f32[2, 4] [T, D] of x");
+  has(error_of([&] { head_rms_norm_rotary(heads4, w, 1e-6f, {}, {}, heads4, kCpu); }),
+      "weight = f32[3] cpu: expected [4]");
   Tensor table = make({4, 3}, DType::kF32, std::vector<float>(12));
   has(error_of([&] { embedding(x, table, out, kCpu); }), "ids = f32[2, 3] cpu: expected [2]");
   Tensor ids_f = Tensor::empty({2}, DType::kF32, Device::cpu());

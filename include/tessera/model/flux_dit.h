@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,11 +70,19 @@ struct FluxDitWeights {
   LinearWeights proj_out;  // [patch^2 * out_channels, C]
 };
 
+// A tensor's float32 values by diffusers name and shape [rows, cols] (cols 1 for a vector):
+// what the loaders ask for, one tensor at a time.
+using FluxTensorSource =
+    std::function<std::vector<float>(const std::string& name, int64_t rows, int64_t cols)>;
 // Random weights drawn per diffusers tensor name from `seed` (linears uniform in
 // [-1/sqrt(in), 1/sqrt(in)), biases and norm weights around 0 and 1), the same on every rank.
-FluxDitWeights random_flux_weights(const FluxConfig& config, uint64_t seed);
+FluxTensorSource random_flux_source(uint64_t seed);
 // Weights under diffusers' names (any float dtype, widened); shapes checked, errors name the
-// tensor.
+// tensor. The store must outlive the source.
+FluxTensorSource store_flux_source(const WeightStore& store);
+
+FluxDitWeights load_flux_weights(const FluxConfig& config, const FluxTensorSource& source);
+FluxDitWeights random_flux_weights(const FluxConfig& config, uint64_t seed);
 FluxDitWeights load_flux_weights(const FluxConfig& config, const WeightStore& store);
 // Every tensor the model reads: diffusers' name and shape ([out, in] or [n]), in load order.
 struct FluxTensorInfo {

@@ -73,6 +73,26 @@ void gelu_tanh(const TensorView& x, const TensorView& out, const Stream& stream)
 void adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale,
                     const TensorView& out, const Stream& stream);
 
+// out = x + gate * y: a DiT block's gated residual add, gate [B, C] broadcast over the L tokens
+// (as adaln_modulate's shift and scale). x, y, out [B, L, C] (unit stride in C); out may be x.
+void gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
+               const TensorView& out, const Stream& stream);
+
+// out = silu(x) = x / (1 + exp(-x)) (what a DiT's adaLN linears read); x, out [N, C].
+void silu(const TensorView& x, const TensorView& out, const Stream& stream);
+
+// Flux's treatment of q and k, per head row of x [T, H, D] (unit stride in D, any other
+// strides: q and k inside a packed qkv projection): RMSNorm over D, then, with tables, RoPE on
+// interleaved pairs as diffusers' apply_rotary_emb (use_real_unbind_dim=-1), in float32:
+//   n = x / sqrt(mean(x^2) + eps) * weight
+//   out[2j]     = n[2j] cos[t, 2j] - n[2j + 1] sin[t, 2j]
+//   out[2j + 1] = n[2j + 1] cos[t, 2j + 1] + n[2j] sin[t, 2j + 1]
+// weight [D] of x's dtype; cos, sin f32 [T, D] (unit stride in D), or both empty (no rotation);
+// D even; out may be x.
+void head_rms_norm_rotary(const TensorView& x, const TensorView& weight, float eps,
+                          const TensorView& cos, const TensorView& sin, const TensorView& out,
+                          const Stream& stream);
+
 // out[n, :] = table[ids[n], :]; ids i32 or i64 [N], each in [0, V); table [V, C]; out [N, C].
 void embedding(const TensorView& ids, const TensorView& table, const TensorView& out,
                const Stream& stream);

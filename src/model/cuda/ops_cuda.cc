@@ -136,6 +136,61 @@ void cuda_adaln_modulate(const TensorView& x, const TensorView& shift, const Ten
   k::launch_pointwise(p, stream.cuda_stream());
 }
 
+void cuda_gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
+                    const TensorView& out, const Stream& stream) {
+  k::PointwiseParams p;
+  p.element = element_of(x.dtype());
+  p.op = k::PointwiseOp::kGatedAdd;
+  p.batch = x.size(0);
+  p.rows = x.size(1);
+  p.cols = x.size(2);
+  p.a = {x.data(), x.stride(0), x.stride(1)};
+  p.b = {y.data(), y.stride(0), y.stride(1)};
+  p.c = {gate.data(), gate.stride(0), 0};  // broadcast over the L tokens
+  p.out = out.data();
+  p.out_stride_batch = out.stride(0);
+  p.out_stride_row = out.stride(1);
+  k::launch_pointwise(p, stream.cuda_stream());
+}
+
+void cuda_silu(const TensorView& x, const TensorView& out, const Stream& stream) {
+  k::PointwiseParams p;
+  p.element = element_of(x.dtype());
+  p.op = k::PointwiseOp::kSilu;
+  p.rows = x.size(0);
+  p.cols = x.size(1);
+  p.a = rows_operand(x);
+  p.out = out.data();
+  p.out_stride_row = out.stride(0);
+  k::launch_pointwise(p, stream.cuda_stream());
+}
+
+void cuda_head_rms_norm_rotary(const TensorView& x, const TensorView& weight, float eps,
+                               const TensorView& cos, const TensorView& sin,
+                               const TensorView& out, const Stream& stream) {
+  k::HeadNormRotaryParams p;
+  p.element = element_of(x.dtype());
+  p.tokens = x.size(0);
+  p.heads = x.size(1);
+  p.dim = x.size(2);
+  p.x = x.data();
+  p.x_stride_token = x.stride(0);
+  p.x_stride_head = x.stride(1);
+  p.out = out.data();
+  p.out_stride_token = out.stride(0);
+  p.out_stride_head = out.stride(1);
+  p.weight = weight.data();
+  p.eps = eps;
+  if (!cos.empty()) {
+    TESSERA_CHECK_ARG(cos.stride(0) == sin.stride(0), "cos = ", cos.to_string(), ", sin = ",
+                      sin.to_string(), ": expected one row stride for both tables");
+    p.cos = cos.data_as<const float>();
+    p.sin = sin.data_as<const float>();
+    p.table_stride = cos.stride(0);
+  }
+  k::launch_head_norm_rotary(p, stream.cuda_stream());
+}
+
 namespace {
 
 // embedding (out[n] = table[ids[n]]) and scatter_rows (table[ids[n]] = rows[n]): one kernel.
