@@ -42,7 +42,7 @@ FluxConfig config() {
 }
 
 std::vector<float> values(int64_t n, int salt) {
-  std::vector<float> v(size_t(n));
+  std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[size_t(i)] = std::sin(0.29f * float(i) + float(salt));
   return v;
 }

@@ -1,17 +1,20 @@
-// `tessera run dit`: one step of a DiT with its attention sequence parallel over cpu rank
-// threads, under each --sp method side by side: the step's time (slowest rank) and the largest
-// difference of every method's output from the first method's (the run fails past 1e-3).
+// `tessera run dit`: one step of a DiT with its attention sequence parallel, under each --sp
+// method side by side: the step's time (slowest rank) and the largest difference of every
+// method's output from the first method's.
+//   cuda (Flux): model/flux_transformer.h in bf16 or f16, one process per GPU; the run fails
+//   when a method differs from the first by more than 2% of the largest output.
+//   cpu: the float32 layer code on rank threads; the run fails past 1e-3.
 //   Flux (model/flux_dit.h): the whole transformer, one denoising step.
-//   CogVideoX (model/cogvideox_block.h): its transformer blocks on embedded video and text
-//   tokens (the patch embedding, positional embeddings and output head are not built).
+//   CogVideoX (model/cogvideox_block.h, cpu only): its transformer blocks on embedded video and
+//   text tokens (the patch embedding, positional embeddings and output head are not built).
 // Random weights from --seed unless --weights names diffusers safetensors; random inputs unless
 // --inputs names a safetensors file with Flux's image [L, in_channels], text [J,
 // joint_attention_dim], pooled [pooled_projection_dim], timestep [1], guidance [1], or
 // CogVideoX's hidden [L, C], encoder [J, C], temb [time_embed_dim] (the scripts
 // bench/anchors/flux_dit_reference.py and cogvideox_reference.py write them beside diffusers'
-// output); --output writes the first method's output [L, out] there as "prediction". The DiTs'
-// CUDA layers are not built yet.
+// output); --output writes the first method's output [L, out] there as "prediction".
 #include <algorithm>
+#include <cstddef>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -27,9 +30,12 @@
 #include "command.h"
 #include "options.h"
 #include "rank_launch.h"
+#include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
+#include "tessera/runtime/memory.h"
 #include "tessera/model/cogvideox_block.h"
 #include "tessera/model/flux_dit.h"
+#include "tessera/model/flux_transformer.h"
 #include "tessera/model/model_config.h"
 #include "tessera/model/safetensors.h"
 
@@ -112,8 +118,17 @@ std::vector<float> rows_at(const std::vector<float>& x, int64_t cols,
   return rows;
 }
 
-StepFn flux_step(const Options& opt, model::FluxConfig config, int64_t& seq, int64_t& out_cols,
-                 std::string& shape_text) {
+// A Flux step's configuration (--blocks applied), shape and inputs, random or from --inputs.
+struct FluxInputs {
+  model::FluxConfig config;
+  model::FluxDitShape shape;
+  std::vector<float> image, text;  // [L, in_channels], [J, joint_attention_dim]
+  model::FluxConditioning cond;
+  int64_t out_cols = 0;
+  std::string text_summary;
+};
+
+FluxInputs flux_inputs(const Options& opt, model::FluxConfig config) {
   if (!opt.text("blocks").empty()) {
     const auto blocks = opt.list("blocks");
     TESSERA_CHECK_ARG(blocks.size() == 2, "--blocks = '", opt.text("blocks"),
@@ -121,30 +136,30 @@ StepFn flux_step(const Options& opt, model::FluxConfig config, int64_t& seq, int
     config.num_layers = parse_integer(blocks[0], "--blocks (double)", 0, 1 << 10);
     config.num_single_layers = parse_integer(blocks[1], "--blocks (single)", 0, 1 << 10);
   }
+  FluxInputs in;
+  in.config = config;
   const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
-  auto image = std::make_shared<std::vector<float>>();
-  auto text = std::make_shared<std::vector<float>>();
-  model::FluxConditioning cond;
+  int64_t seq = 0;
   if (opt.text("inputs").empty()) {
     seq = opt.integer("seq", 1, int64_t(1) << 24);
-    *image = random_values(size_t(seq * config.in_channels), seed + 1);
-    *text = random_values(size_t(opt.integer("text", 0, int64_t(1) << 20) *
-                                 config.joint_attention_dim),
-                          seed + 2);
-    cond = {0.5f, 3.5f, random_values(size_t(config.pooled_projection_dim), seed + 3)};
+    in.image = random_values(size_t(seq * config.in_channels), seed + 1);
+    in.text = random_values(size_t(opt.integer("text", 0, int64_t(1) << 20) *
+                                   config.joint_attention_dim),
+                            seed + 2);
+    in.cond = {0.5f, 3.5f, random_values(size_t(config.pooled_projection_dim), seed + 3)};
   } else {
     const model::SafetensorsFile file = model::SafetensorsFile::open(opt.text("inputs"));
-    *image = input_tensor(file, "image", config.in_channels);
-    *text = input_tensor(file, "text", config.joint_attention_dim);
-    seq = int64_t(image->size()) / config.in_channels;
-    cond.pooled = input_tensor(file, "pooled", config.pooled_projection_dim);
-    TESSERA_CHECK_ARG(int64_t(cond.pooled.size()) == config.pooled_projection_dim, "--inputs: "
+    in.image = input_tensor(file, "image", config.in_channels);
+    in.text = input_tensor(file, "text", config.joint_attention_dim);
+    seq = int64_t(in.image.size()) / config.in_channels;
+    in.cond.pooled = input_tensor(file, "pooled", config.pooled_projection_dim);
+    TESSERA_CHECK_ARG(int64_t(in.cond.pooled.size()) == config.pooled_projection_dim, "--inputs: "
                       "pooled: expected pooled_projection_dim = ", config.pooled_projection_dim,
                       " values");
-    cond.timestep = input_tensor(file, "timestep", 1).front();
-    if (config.guidance_embeds) cond.guidance = input_tensor(file, "guidance", 1).front();
+    in.cond.timestep = input_tensor(file, "timestep", 1).front();
+    if (config.guidance_embeds) in.cond.guidance = input_tensor(file, "guidance", 1).front();
   }
-  const int64_t j = int64_t(text->size()) / config.joint_attention_dim;
+  const int64_t j = int64_t(in.text.size()) / config.joint_attention_dim;
   int64_t width = opt.integer("grid-width", 0, seq);
   if (width == 0) {
     for (width = int64_t(std::sqrt(double(seq))); seq % width != 0; --width) {
@@ -152,22 +167,28 @@ StepFn flux_step(const Options& opt, model::FluxConfig config, int64_t& seq, int
   }
   TESSERA_CHECK_ARG(seq % width == 0, "--grid-width = ", width, ": expected a divisor of the ",
                     seq, " image tokens");
-  out_cols = config.patch_size * config.patch_size *
-             (config.out_channels > 0 ? config.out_channels : config.in_channels);
-  shape_text = str("Flux, ", config.num_layers, " double + ", config.num_single_layers,
-                   " single blocks, L ", seq, " (", seq / width, " x ", width, "), J ", j);
-  const model::FluxDitShape shape{seq, j, width};
+  in.shape = {seq, j, width};
+  in.out_cols = config.patch_size * config.patch_size *
+                (config.out_channels > 0 ? config.out_channels : config.in_channels);
+  in.text_summary = str("Flux, ", config.num_layers, " double + ", config.num_single_layers,
+                        " single blocks, L ", seq, " (", seq / width, " x ", width, "), J ", j);
+  return in;
+}
+
+StepFn flux_step(const Options& opt, const FluxInputs& inputs) {
+  auto in = std::make_shared<FluxInputs>(inputs);
+  const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   const std::string weights = opt.text("weights");
   return [=](RankContext& ctx, const sp::PlanOptions& options) {
     auto dit = std::make_shared<model::FluxDit>(
-        config,
-        weights.empty() ? model::random_flux_weights(config, seed)
-                        : model::load_flux_weights(config, model::WeightStore::open(weights)),
-        ctx, shape, options);
+        in->config,
+        weights.empty() ? model::random_flux_weights(in->config, seed)
+                        : model::load_flux_weights(in->config, model::WeightStore::open(weights)),
+        ctx, in->shape, options);
     return std::function<RankStep()>([=] {
       RankStep r;
       r.tokens = dit->local_image_tokens();
-      r.rows = dit->forward(rows_at(*image, config.in_channels, r.tokens), *text, cond);
+      r.rows = dit->forward(rows_at(in->image, in->config.in_channels, r.tokens), in->text, in->cond);
       r.plan = dit->attention_plan().summary();
       return r;
     });
@@ -235,6 +256,158 @@ StepFn cogvideox_step(const Options& opt, model::CogVideoXConfig config, int64_t
   };
 }
 
+// Rows [n, cols] of floats as `dtype` in a new device tensor (and back).
+Tensor to_device(const std::vector<float>& v, int64_t n, int64_t cols, DType dtype,
+                 const RankContext& ctx) {
+  Tensor t = Tensor::empty({n, cols}, dtype, ctx.device);
+  std::vector<std::byte> bytes(v.size() * dtype_size(dtype));
+  for (size_t i = 0; i < v.size(); ++i) store_from_float(bytes.data(), dtype, int64_t(i), v[i]);
+  copy_bytes(t.data(), bytes.data(), bytes.size(), ctx.stream);
+  ctx.stream.synchronize();
+  return t;
+}
+std::vector<float> to_host(const Tensor& t, const RankContext& ctx) {
+  std::vector<std::byte> bytes(t.view().span_bytes());
+  copy_bytes(bytes.data(), t.data(), bytes.size(), ctx.stream);
+  ctx.stream.synchronize();
+  std::vector<float> v(size_t(t.view().numel()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = load_as_float(bytes.data(), t.view().dtype(), int64_t(i));
+  return v;
+}
+
+// Every rank's rows [tokens, cols] placed by token into the whole [L, cols] prediction, on every
+// rank (through the bootstrap: each rank sends its token ids and rows, padded to the most rows).
+std::vector<float> gather_prediction(RankContext& ctx, const std::vector<int64_t>& tokens,
+                                     const std::vector<float>& rows, int64_t cols, int64_t seq) {
+  const int64_t most = int64_t(max_across_ranks(ctx, double(tokens.size())));
+  const size_t record = size_t(1 + cols);
+  std::vector<double> mine(size_t(most) * record, -1.0), all(mine.size() * size_t(ctx.size));
+  for (size_t r = 0; r < tokens.size(); ++r) {
+    mine[r * record] = double(tokens[r]);
+    for (int64_t c = 0; c < cols; ++c) mine[r * record + 1 + size_t(c)] = rows[r * size_t(cols) + size_t(c)];
+  }
+  ctx.bootstrap->allgather(mine.data(), all.data(), mine.size() * sizeof(double));
+  std::vector<float> out(size_t(seq * cols), 0.0f);
+  for (size_t r = 0; r < all.size() / record; ++r) {
+    const double token = all[r * record];
+    if (token < 0) continue;  // padding
+    for (int64_t c = 0; c < cols; ++c)
+      out[size_t(token) * size_t(cols) + size_t(c)] = float(all[r * record + 1 + size_t(c)]);
+  }
+  return out;
+}
+
+// `run dit` for Flux on the cuda backend: one process per GPU, FluxTransformer in bf16/f16, its
+// weights uploaded once and the attention replanned per method; a step's time is the median of
+// --iters steps after an untimed one (host clock around the step and a stream synchronize,
+// slowest rank).
+int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp::Method>& methods,
+                  RankLaunch launch, int argc, char** argv) {
+  const std::string dtype_text = opt.text("dtype");
+  TESSERA_CHECK_ARG(dtype_text == "bf16" || dtype_text == "f16", "--dtype = '", dtype_text,
+                    "': expected bf16 or f16 on the cuda backend");
+  const DType dtype = dtype_text == "bf16" ? DType::kBF16 : DType::kF16;
+  const int iters = int(opt.integer("iters", 1, 1000));
+  const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
+  const std::string weights = opt.text("weights");
+  const int64_t seq = in.shape.image_tokens, j = in.shape.text_tokens, cols = in.out_cols;
+  const model::FluxConfig& f = in.config;
+  size_t weight_values = 0;
+  for (const model::FluxTensorInfo& t : model::flux_tensor_names(f)) {
+    size_t n = 1;
+    for (int64_t d : t.shape) n *= size_t(d);
+    weight_values += n;
+  }
+  // Weights plus the step's activations (hidden, normed, qkv, attention, mlp, a temporary: 11 C
+  // values a row) for every text row and an even share of the image rows.
+  const int ranks = launch.nranks > 0 ? launch.nranks : std::max(1, cuda_device_count());
+  const size_t rows = size_t(j) + size_t((seq + ranks - 1) / ranks);
+  check_memory_fits(launch,
+                    saturating_product({weight_values + saturating_product({rows, size_t(11),
+                                                                            size_t(f.inner_dim())}),
+                                        dtype_size(dtype)}),
+                    "--seq", std::to_string(seq), "the weights and the step's activations");
+  launch.context.create_heap = true;
+  return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
+    if (ctx.rank == 0)
+      std::printf("# tessera run dit: %s, %s on %d GPUs (%s)\n# loading %.2f G weights ...\n",
+                  opt.text("model").c_str(), in.text_summary.c_str(), ctx.size,
+                  dtype_name(dtype), double(weight_values) * 1e-9);
+    std::fflush(stdout);
+    std::unique_ptr<model::WeightStore> store;
+    if (!weights.empty()) store = std::make_unique<model::WeightStore>(model::WeightStore::open(weights));
+    sp::PlanOptions options;
+    options.method = methods.front();
+    const auto load_start = std::chrono::steady_clock::now();
+    model::FluxTransformer dit(f, store ? model::store_flux_source(*store) : model::random_flux_source(seed),
+                               ctx, in.shape, dtype, options);
+    const double load_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    const Tensor text = j > 0 ? to_device(in.text, j, f.joint_attention_dim, dtype, ctx) : Tensor();
+    if (ctx.rank == 0)
+      std::printf("# weights ready in %.1f s\n# %-10s %12s %14s  plan\n", load_s, "method",
+                  "step_ms", "max_diff");
+    std::vector<float> first;
+    std::vector<BenchRecord> records;
+    for (size_t m = 0; m < methods.size(); ++m) {
+      if (m > 0) {
+        options.method = methods[m];
+        dit.replan_attention(options);
+      }
+      const std::vector<int64_t>& tokens = dit.local_image_tokens();
+      const int64_t n = int64_t(tokens.size());
+      const Tensor image = to_device(rows_at(in.image, f.in_channels, tokens), n, f.in_channels, dtype, ctx);
+      const Tensor out = Tensor::empty({n, cols}, dtype, ctx.device);
+      std::vector<double> times;
+      for (int it = 0; it <= iters; ++it) {
+        const auto start = std::chrono::steady_clock::now();
+        dit.forward(image, text.view(), in.cond, out, ctx.stream);
+        ctx.stream.synchronize();
+        if (it > 0)
+          times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      }
+      std::sort(times.begin(), times.end());
+      const double step_s = max_across_ranks(ctx, times[times.size() / 2]);
+      const std::vector<float> prediction =
+          gather_prediction(ctx, tokens, to_host(out, ctx), cols, seq);
+      if (first.empty()) first = prediction;
+      double max_diff = 0, largest = 0;
+      for (size_t i = 0; i < prediction.size(); ++i) {
+        max_diff = std::max(max_diff, double(std::fabs(prediction[i] - first[i])));
+        largest = std::max(largest, double(std::fabs(first[i])));
+      }
+      if (ctx.rank != 0) continue;
+      std::printf("  %-10s %12.2f %14.3g  %s\n", sp::method_name(methods[m]), 1000.0 * step_s,
+                  max_diff, dit.attention_plan().summary().c_str());
+      BenchRecord rec;
+      rec.bench = "dit";
+      rec.case_name = str(opt.text("model"), " L", seq);
+      rec.impl = str("tessera ", sp::method_name(methods[m]));
+      rec.gpu = gpu_name(ctx);
+      rec.num_gpus = ctx.size;
+      rec.topology = topology_label(ctx.topology);
+      rec.median_us = 1e6 * step_s;
+      // Methods reorder the attention's sums: they agree within the dtype's rounding.
+      rec.ok = max_diff <= 0.02 * largest;
+      rec.extra["max_diff_vs_first"] = max_diff;
+      rec.extra["weights_gb"] = double(dit.weight_bytes()) * 1e-9;
+      rec.extra_text["dtype"] = dtype_name(dtype);
+      records.push_back(rec);
+    }
+    if (ctx.rank != 0) return;
+    if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
+    if (!opt.text("output").empty()) {
+      const std::vector<int64_t> dims = {seq, cols};
+      const model::NamedTensor t{"prediction", TensorView::contiguous(first.data(), DType::kF32,
+                                                                      Device::cpu(), dims.data(), 2)};
+      model::write_safetensors(opt.text("output"), std::span<const model::NamedTensor>(&t, 1));
+    }
+    for (const BenchRecord& rec : records)
+      TESSERA_CHECK(rec.ok, ErrorCode::kInternal, "run dit: ", rec.impl,
+                    " differs from the first method by ", rec.extra.at("max_diff_vs_first"));
+  });
+}
+
 int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
   Options opt(
       "run dit",
@@ -247,7 +420,11 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
        {"grid-width", "0", "Flux: latent grid width W dividing L (0: the largest <= sqrt(L))"},
        {"text", "32", "text tokens J"},
        {"sp", "all", "comma list of ring, ulysses, usp, tas, torus, mesh, auto, or all"},
-       {"nranks", "4", "sequence-parallel ranks (cpu rank threads)"},
+       {"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible; Flux only)"},
+       {"nranks", "", "sequence-parallel ranks (cuda: GPUs, default every visible one; cpu: rank "
+                      "threads, default 4)"},
+       {"dtype", "bf16", "cuda: bf16 or f16 (the cpu backend runs f32)"},
+       {"iters", "3", "cuda: timed steps per method (after one untimed)"},
        {"emulate-nodes", "1", "group the ranks into N emulated machines"},
        {"seed", "1", "seed of the random weights and inputs"},
        {"inputs", "", "safetensors file of the model's inputs (default: random; sets --seq, --text)"},
@@ -259,24 +436,40 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
     return 0;
   }
   const model::ModelConfig config = dit_config(opt.text("model"));
-  int64_t seq = 0, out_cols = 0;
-  std::string shape_text;
-  const StepFn step = config.architecture == model::Architecture::kFlux
-                          ? flux_step(opt, config.flux, seq, out_cols, shape_text)
-                          : cogvideox_step(opt, config.cogvideox, seq, out_cols, shape_text);
   std::vector<sp::Method> methods;
   for (const std::string& m : opt.text("sp") == "all"
                                   ? std::vector<std::string>{"ring", "ulysses", "usp", "auto"}
                                   : opt.list("sp"))
     methods.push_back(sp::parse_method(m, "--sp"));
-  if (cuda_available())
-    std::printf("# the DiT's CUDA layers are not built yet: running on the cpu backend\n");
   RankLaunch launch;
-  launch.backend = "cpu";
+  launch.backend = opt.text("backend");
+  TESSERA_CHECK_ARG(launch.backend == "auto" || launch.backend == "cuda" || launch.backend == "cpu",
+                    "--backend = '", launch.backend, "': expected cuda, cpu or auto");
   launch.nranks = nranks_option(opt.text("nranks"));
-  if (launch.nranks == 0) launch.nranks = 4;
   apply_emulation_options(int(opt.integer("emulate-nodes", 1, 4096)), "nic400", 0, -1,
                           launch.context);
+  const bool flux = config.architecture == model::Architecture::kFlux;
+  const bool on_cuda = launch.backend == "cuda" || (launch.backend == "auto" && cuda_available());
+  if (on_cuda) {
+    TESSERA_CHECK(flux, ErrorCode::kUnsupported, "--model ", opt.text("model"),
+                  ": CogVideoX's cuda layers are not built yet; expected --backend cpu or a Flux "
+                  "model");
+    return run_flux_cuda(opt, flux_inputs(opt, config.flux), methods, launch, argc, argv);
+  }
+  launch.backend = "cpu";
+  if (launch.nranks == 0) launch.nranks = 4;
+  int64_t seq = 0, out_cols = 0;
+  std::string shape_text;
+  StepFn step;
+  if (flux) {
+    const FluxInputs in = flux_inputs(opt, config.flux);
+    seq = in.shape.image_tokens;
+    out_cols = in.out_cols;
+    shape_text = in.text_summary;
+    step = flux_step(opt, in);
+  } else {
+    step = cogvideox_step(opt, config.cogvideox, seq, out_cols, shape_text);
+  }
   std::printf("# tessera run dit: %s, %s, %d cpu ranks\n# %-10s %12s %14s  plan\n",
               opt.text("model").c_str(), shape_text.c_str(), launch.nranks, "method", "step_ms",
               "max_diff");
