@@ -17,7 +17,6 @@
 #include "cluster/cluster_collectives.cuh"
 #include "decode/unfused_launch.h"
 #include "tessera/runtime/cuda_check.h"
-#include "pdl.cuh"
 
 namespace tessera::decode::kernels {
 namespace {
@@ -66,7 +65,6 @@ __device__ const T* cache_row(const UnfusedDecodeParams& p, const void* cache, i
 
 template <typename T>
 __global__ void __launch_bounds__(256) rmsnorm_kernel(UnfusedDecodeParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   __shared__ float scratch[32];
   const int b = blockIdx.x;
   const T* x = static_cast<const T*>(p.x) + int64_t(b) * p.hidden;
@@ -89,7 +87,6 @@ __global__ void __launch_bounds__(256) rmsnorm_kernel(UnfusedDecodeParams p) {
 
 template <typename T>
 __global__ void __launch_bounds__(128) rope_append_kernel(UnfusedDecodeParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   const int b = blockIdx.y, head = blockIdx.x;  // heads: Hq query heads, then Hkv key heads
   const int d2 = p.head_dim / 2, pos = p.positions[b];
   const bool is_q = head < p.num_heads;
@@ -149,7 +146,6 @@ __device__ inline void cp_async16_zfill(void* dst, const void* src, bool valid) 
 
 template <typename T, int D, int kGroupMax>
 __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   using G = SplitKvTiles<T, D>;
   constexpr int kWarps = G::kWarps, kDims = D / 32;  // value dimensions per lane
   extern __shared__ uint4 tiles_s[];                 // [kStages][K, V][kTileChunks]
@@ -325,7 +321,6 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
 // order with eight loads in flight.
 template <typename T>
 __global__ void __launch_bounds__(128) merge_splits_kernel(UnfusedDecodeParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   extern __shared__ float weight_s[];  // [splits]: lse, then 2^(lse - max)
   __shared__ float denom_s;
   const int64_t bh = blockIdx.x;
@@ -368,7 +363,7 @@ void launch_split_kv(const UnfusedDecodeParams& p, dim3 grid, cudaStream_t s) {
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     raised_on_devices.fetch_or(bit, std::memory_order_acq_rel);
   }
-  TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(kernel, dim3(grid), dim3(128), smem, s, p));
+  kernel<<<grid, 128, smem, s>>>(p);
 }
 
 template <typename T>
@@ -389,7 +384,7 @@ void launch_attention_typed(const UnfusedDecodeParams& p, cudaStream_t s) {
       break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();
-  TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(merge_splits_kernel<T>, dim3(p.batch * p.num_heads), dim3(128), size_t(p.splits) * sizeof(float), s, p));
+  merge_splits_kernel<T><<<p.batch * p.num_heads, 128, size_t(p.splits) * sizeof(float), s>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -402,9 +397,9 @@ bool unfused_decode_supported(int head_dim, int group) {
 void launch_rmsnorm(const UnfusedDecodeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   if (p.element == Element::kBF16)
-    TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(rmsnorm_kernel<__nv_bfloat16>, dim3(p.batch), dim3(256), 0, s, p));
+    rmsnorm_kernel<__nv_bfloat16><<<p.batch, 256, 0, s>>>(p);
   else
-    TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(rmsnorm_kernel<__half>, dim3(p.batch), dim3(256), 0, s, p));
+    rmsnorm_kernel<__half><<<p.batch, 256, 0, s>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -412,9 +407,9 @@ void launch_rope_append(const UnfusedDecodeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
   const dim3 grid(p.num_heads + p.num_kv_heads, p.batch);
   if (p.element == Element::kBF16)
-    TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(rope_append_kernel<__nv_bfloat16>, dim3(grid), dim3(128), 0, s, p));
+    rope_append_kernel<__nv_bfloat16><<<grid, 128, 0, s>>>(p);
   else
-    TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(rope_append_kernel<__half>, dim3(grid), dim3(128), 0, s, p));
+    rope_append_kernel<__half><<<grid, 128, 0, s>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 

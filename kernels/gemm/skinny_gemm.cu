@@ -4,7 +4,6 @@
 
 #include "gemm/skinny_gemm_launch.h"
 #include "tessera/runtime/cuda_check.h"
-#include "pdl.cuh"
 
 namespace tessera::gemm::kernels {
 namespace {
@@ -65,14 +64,6 @@ __device__ inline float load_bias(const void* bias, int64_t i, __half) {
   return __half2float(static_cast<const __half*>(bias)[i]);
 }
 
-// Asks for `bytes` (a multiple of 16) at `p` to be brought into L2; no data reaches the thread,
-// so it is safe whatever the previous kernel writes.
-__device__ inline void prefetch_l2(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 template <typename T, typename Out, int kM>
 __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams p) {
   __shared__ float partial[kWarps][kRows][kM];
@@ -84,12 +75,6 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
     w[r] = static_cast<const uint4*>(p.b) + min(row0 + r, p.n - 1) * chunks;  // clamped: no OOB
-  // Launched early (kernels/pdl.cuh), the first wave streams its weight rows into L2 while the
-  // kernel that writes the activations finishes, then waits for it.
-  if (threadIdx.x < kRows && row0 + threadIdx.x < p.n && chunks * 16 < (int64_t(1) << 31))
-    prefetch_l2(static_cast<const uint4*>(p.b) + (row0 + threadIdx.x) * chunks, uint32_t(chunks * 16));
-  ::tessera::kernels::allow_next_grid();
-  ::tessera::kernels::wait_for_prior_grid();
   float acc[kRows][kM] = {};
   // Thread t takes chunks t, t + kThreads, ...: every row's loads of a step are issued before
   // any is used.
@@ -129,11 +114,11 @@ __global__ void __launch_bounds__(kThreads) skinny_gemm_kernel(SkinnyGemmParams 
 template <typename T, typename Out>
 void launch_typed(const SkinnyGemmParams& p, cudaStream_t s) {
   const dim3 grid(unsigned((p.n + kRows - 1) / kRows)), block(kThreads);
-  auto kernel = p.m == 1   ? skinny_gemm_kernel<T, Out, 1>
-                : p.m == 2 ? skinny_gemm_kernel<T, Out, 2>
-                : p.m <= 4 ? skinny_gemm_kernel<T, Out, 4>
-                           : skinny_gemm_kernel<T, Out, 8>;
-  TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(kernel, grid, block, 0, s, p));
+  if (p.m == 1) skinny_gemm_kernel<T, Out, 1><<<grid, block, 0, s>>>(p);
+  else if (p.m == 2) skinny_gemm_kernel<T, Out, 2><<<grid, block, 0, s>>>(p);
+  else if (p.m <= 4) skinny_gemm_kernel<T, Out, 4><<<grid, block, 0, s>>>(p);
+  else skinny_gemm_kernel<T, Out, 8><<<grid, block, 0, s>>>(p);
+  TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T>

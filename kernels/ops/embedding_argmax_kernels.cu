@@ -10,14 +10,12 @@
 
 #include "ops/element.cuh"
 #include "tessera/runtime/cuda_check.h"
-#include "pdl.cuh"
 
 namespace tessera::model::kernels {
 namespace {
 
 template <typename Bits>
 __global__ void __launch_bounds__(kBlockThreads) embedding_kernel(EmbeddingParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   const int64_t total = p.tokens * p.cols;
   for (int64_t i = int64_t{blockIdx.x} * kBlockThreads + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * kBlockThreads) {
@@ -52,7 +50,6 @@ constexpr int kArgmaxThreads = 1024;
 
 template <typename T>
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(ArgmaxParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   __shared__ float best_value[kArgmaxThreads];
   __shared__ int64_t best_index[kArgmaxThreads];
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -96,9 +93,9 @@ void launch_embedding(const EmbeddingParams& p, void* cuda_stream) {
   const dim3 grid(grid_blocks(p.tokens * p.cols, kBlockThreads)), block(kBlockThreads);
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   if (p.element_bytes == 4)
-    TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(embedding_kernel<uint32_t>, dim3(grid), dim3(block), 0, stream, p));
+    embedding_kernel<uint32_t><<<grid, block, 0, stream>>>(p);
   else
-    TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(embedding_kernel<uint16_t>, dim3(grid), dim3(block), 0, stream, p));
+    embedding_kernel<uint16_t><<<grid, block, 0, stream>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
@@ -107,13 +104,13 @@ void launch_argmax(const ArgmaxParams& p, void* cuda_stream) {
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   switch (p.element) {
     case Element::kF32:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(argmax_kernel<float>, dim3(grid), dim3(block), 0, stream, p));
+      argmax_kernel<float><<<grid, block, 0, stream>>>(p);
       break;
     case Element::kBF16:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(argmax_kernel<__nv_bfloat16>, dim3(grid), dim3(block), 0, stream, p));
+      argmax_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(p);
       break;
     case Element::kF16:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(argmax_kernel<__half>, dim3(grid), dim3(block), 0, stream, p));
+      argmax_kernel<__half><<<grid, block, 0, stream>>>(p);
       break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();

@@ -5,7 +5,6 @@
 // and written by one lane, after the reduction, so out may be x.
 #include "ops/element.cuh"
 #include "tessera/runtime/cuda_check.h"
-#include "pdl.cuh"
 
 namespace tessera::model::kernels {
 namespace {
@@ -14,7 +13,6 @@ constexpr int kWarpsPerBlock = kBlockThreads / 32;
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockThreads) head_norm_rotary_kernel(HeadNormRotaryParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   const int lane = int(threadIdx.x % 32);
   const int64_t pairs = p.dim / 2;
   const T* weight = static_cast<const T*>(p.weight);
@@ -54,13 +52,13 @@ void launch_head_norm_rotary(const HeadNormRotaryParams& p, void* cuda_stream) {
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   switch (p.element) {
     case Element::kF32:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(head_norm_rotary_kernel<float>, dim3(grid), dim3(block), 0, stream, p));
+      head_norm_rotary_kernel<float><<<grid, block, 0, stream>>>(p);
       break;
     case Element::kBF16:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(head_norm_rotary_kernel<__nv_bfloat16>, dim3(grid), dim3(block), 0, stream, p));
+      head_norm_rotary_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(p);
       break;
     case Element::kF16:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(head_norm_rotary_kernel<__half>, dim3(grid), dim3(block), 0, stream, p));
+      head_norm_rotary_kernel<__half><<<grid, block, 0, stream>>>(p);
       break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();

@@ -11,14 +11,12 @@
 // x, residual and weight are read once and residual_out and out written once, 16 bytes a time.
 #include "ops/element.cuh"
 #include "tessera/runtime/cuda_check.h"
-#include "pdl.cuh"
 
 namespace tessera::model::kernels {
 namespace {
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockThreads) norm_kernel(NormParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   __shared__ float scratch[kBlockThreads / 32];
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
@@ -72,7 +70,6 @@ constexpr int64_t kVec8MaxCols = int64_t{kVec8MaxVecs} * 8 * kBlockThreads;
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockThreads) norm_vec8_kernel(NormParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   __shared__ float scratch[kBlockThreads / 32];
   const int vecs = int(p.cols / 8);
   const T* weight = static_cast<const T*>(p.weight);
@@ -146,21 +143,21 @@ void launch_norm(const NormParams& p, void* cuda_stream) {
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   if (vec8_applies(p)) {
     if (p.element == Element::kBF16)
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(norm_vec8_kernel<__nv_bfloat16>, dim3(grid), dim3(block), 0, stream, p));
+      norm_vec8_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(p);
     else
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(norm_vec8_kernel<__half>, dim3(grid), dim3(block), 0, stream, p));
+      norm_vec8_kernel<__half><<<grid, block, 0, stream>>>(p);
     TESSERA_CUDA_CHECK_LAUNCH();
     return;
   }
   switch (p.element) {
     case Element::kF32:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(norm_kernel<float>, dim3(grid), dim3(block), 0, stream, p));
+      norm_kernel<float><<<grid, block, 0, stream>>>(p);
       break;
     case Element::kBF16:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(norm_kernel<__nv_bfloat16>, dim3(grid), dim3(block), 0, stream, p));
+      norm_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(p);
       break;
     case Element::kF16:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(norm_kernel<__half>, dim3(grid), dim3(block), 0, stream, p));
+      norm_kernel<__half><<<grid, block, 0, stream>>>(p);
       break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();

@@ -11,7 +11,6 @@
 // index math once per row: the same arithmetic per element, so the same bits.
 #include "ops/element.cuh"
 #include "tessera/runtime/cuda_check.h"
-#include "pdl.cuh"
 
 namespace tessera::model::kernels {
 namespace {
@@ -62,7 +61,6 @@ __device__ inline const T* operand_row(const Operand& o, int64_t b, int64_t r) {
 // [8 (x kBlockThreads + t), + 8) of every row blockIdx.y, blockIdx.y + gridDim.y, ...
 template <typename T, PointwiseOp kOp>
 __global__ void __launch_bounds__(kBlockThreads) pointwise_vec8_kernel(PointwiseParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   const int64_t c = (int64_t(blockIdx.x) * kBlockThreads + threadIdx.x) * 8;
   if (c >= p.cols) return;
   for (int64_t row = blockIdx.y; row < p.batch * p.rows; row += gridDim.y) {
@@ -90,7 +88,6 @@ bool vec8_applies(const PointwiseParams& p) {
 
 template <typename T, PointwiseOp kOp>
 __global__ void __launch_bounds__(kBlockThreads) pointwise_kernel(PointwiseParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   // Work items are (row, tile of kBlockThreads columns): the index math is per CTA, not per
   // element, and a single wide row (decode) still spreads over many CTAs.
   const int64_t tiles = (p.cols + kBlockThreads - 1) / kBlockThreads;
@@ -105,7 +102,7 @@ void launch_vec8(const PointwiseParams& p, cudaStream_t stream) {
   const int64_t tiles = (p.cols / 8 + kBlockThreads - 1) / kBlockThreads;
   const int64_t rows = p.batch * p.rows;
   const dim3 grid(unsigned(tiles), unsigned(rows < 65535 ? rows : 65535));
-  TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(pointwise_vec8_kernel<T, kOp>, dim3(grid), dim3(kBlockThreads), 0, stream, p));
+  pointwise_vec8_kernel<T, kOp><<<grid, kBlockThreads, 0, stream>>>(p);
 }
 
 template <typename T, PointwiseOp kOp>
@@ -115,7 +112,7 @@ void launch_op(const PointwiseParams& p, cudaStream_t stream) {
   }
   const int64_t tiles = (p.cols + kBlockThreads - 1) / kBlockThreads;
   const dim3 grid(grid_blocks(p.batch * p.rows * tiles, 1)), block(kBlockThreads);
-  TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(pointwise_kernel<T, kOp>, dim3(grid), dim3(block), 0, stream, p));
+  pointwise_kernel<T, kOp><<<grid, block, 0, stream>>>(p);
 }
 
 template <typename T>

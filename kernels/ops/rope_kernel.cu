@@ -12,14 +12,12 @@
 #include "ops/element.cuh"
 #include "tessera/core/error.h"
 #include "tessera/runtime/cuda_check.h"
-#include "pdl.cuh"
 
 namespace tessera::model::kernels {
 namespace {
 
 template <typename T>
 __global__ void __launch_bounds__(kBlockThreads) rope_kernel(RopeParams p) {
-  ::tessera::kernels::enter_dependent_grid();
   const bool in_place = p.out == p.x && p.out_stride_token == p.x_stride_token &&
                         p.out_stride_head == p.x_stride_head;
   const int pass_through = in_place ? 0 : int(p.dim - 2 * p.half);
@@ -64,13 +62,13 @@ void launch_rope(const RopeParams& p, void* cuda_stream) {
   auto stream = static_cast<cudaStream_t>(cuda_stream);
   switch (p.element) {
     case Element::kF32:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(rope_kernel<float>, dim3(grid), dim3(block), 0, stream, p));
+      rope_kernel<float><<<grid, block, 0, stream>>>(p);
       break;
     case Element::kBF16:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(rope_kernel<__nv_bfloat16>, dim3(grid), dim3(block), 0, stream, p));
+      rope_kernel<__nv_bfloat16><<<grid, block, 0, stream>>>(p);
       break;
     case Element::kF16:
-      TESSERA_CUDA_CHECK(::tessera::kernels::launch_dependent(rope_kernel<__half>, dim3(grid), dim3(block), 0, stream, p));
+      rope_kernel<__half><<<grid, block, 0, stream>>>(p);
       break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();

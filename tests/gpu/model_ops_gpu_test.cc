@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "tessera/core/buffer.h"
-#include "tessera/gemm/gemm.h"
 #include "tessera/model/ops.h"
 #include "tessera/runtime/memory.h"
 #include "tessera/runtime/stream.h"
@@ -209,43 +208,6 @@ TEST_F(ModelOpsGpu, HeadRmsNormRotaryMatchesTheReferenceOnPackedQkv) {
         SCOPED_TRACE(::testing::Message() << "D " << d << (tables ? " with" : " without") << " tables");
         expect_close(qkv, "head_rms_norm_rotary (v untouched)", 1e-4);
       }
-}
-
-// Programmatic dependent launch (kernels/pdl.cuh, on by default on Hopper): each kernel may be
-// scheduled while the one before it finishes and must wait before reading its output. A chain
-// of dependent kernels (skinny GEMM, SiLU, RMSNorm, gated add, 40 rounds, each reading what
-// the previous wrote) enqueued back to back gives bitwise what the same chain gives with the
-// host waiting after every kernel (where nothing can overlap).
-TEST_F(ModelOpsGpu, DependentKernelChainsSeeEveryPreviousWrite) {
-  const int64_t m = 4, c = 512;
-  const DType dtype = DType::kBF16;
-  Pair w = make({c, c}, dtype, 31, -0.05f, 0.05f);
-  Pair norm_w = make({c}, dtype, 32, 0.5f, 1.5f);
-  Pair gate = make({1, c}, dtype, 33, -0.2f, 0.2f);
-  const gemm::Gemm skinny({m, c, c, dtype, dtype, true, false}, Device::cuda(0), gemm::GemmImpl::kSkinny);
-  auto chain = [&](bool wait_each) {
-    Pair x = make({m, c}, dtype, 34);
-    Pair y = poisoned({m, c}, dtype), z = poisoned({m, c}, dtype);
-    auto step = [&] {
-      if (wait_each) stream_.synchronize();
-    };
-    for (int round = 0; round < 40; ++round) {
-      skinny.run(x.device, w.device, TensorView(), y.device, stream_);
-      step();
-      silu(y.device, y.device, stream_);
-      step();
-      rms_norm(y.device, {}, norm_w.device, 1e-6f, z.device, stream_);
-      step();
-      const TensorView x3(x.device.data(), dtype, Device::cuda(0), {1, m, c});
-      const TensorView z3(z.device.data(), dtype, Device::cuda(0), {1, m, c});
-      gated_add(x3, z3, gate.device, x3, stream_);
-      step();
-    }
-    return download(x.device);
-  };
-  const Tensor overlapped = chain(false), serial = chain(true);
-  EXPECT_EQ(std::memcmp(overlapped.data(), serial.data(), bytes(serial)), 0)
-      << "a kernel read its input before the kernel writing it had finished";
 }
 
 TEST_F(ModelOpsGpu, EmbeddingAndArgmaxMatchExactly) {
