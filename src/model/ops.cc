@@ -98,6 +98,17 @@ void check_no_partial_overlap(const TensorView& out, const TensorView& in, const
                     ": expected the same view (in place) or no shared bytes");
 }
 
+// t [B, C] of x [B, L, C] (a value per batch entry and feature, broadcast over the L tokens),
+// x's dtype, not overlapping out.
+void check_per_batch(const TensorView& t, const TensorView& x, const TensorView& out,
+                     const Stream& stream, const char* what) {
+  check_rows(t, stream, what);
+  TESSERA_CHECK_ARG(t.size(0) == x.size(0) && t.size(1) == x.size(2), what, " = ", t.to_string(),
+                    ": expected [", x.size(0), ", ", x.size(2), "] [B, C] of x");
+  check_same_dtype(t, x, what, "x");
+  check_no_partial_overlap(out, t, "out", what);
+}
+
 void check_eps(float eps) {
   TESSERA_CHECK_ARG(std::isfinite(eps) && eps > 0, "eps = ", eps, ": expected a finite value > 0");
 }
@@ -284,13 +295,8 @@ void adaln_modulate(const TensorView& x, const TensorView& shift, const TensorVi
   check_shape(out, x, "out", "x");
   check_same_dtype(out, x, "out", "x");
   check_no_partial_overlap(out, x, "out", "x");
-  for (auto [t, what] : {std::pair{&shift, "shift"}, std::pair{&scale, "scale"}}) {
-    check_rows(*t, stream, what);
-    TESSERA_CHECK_ARG(t->size(0) == x.size(0) && t->size(1) == x.size(2), what, " = ",
-                      t->to_string(), ": expected [", x.size(0), ", ", x.size(2), "] [B, C] of x");
-    check_same_dtype(*t, x, what, "x");
-    check_no_partial_overlap(out, *t, "out", what);
-  }
+  check_per_batch(shift, x, out, stream, "shift");
+  check_per_batch(scale, x, out, stream, "scale");
   if (x.numel() == 0) return;
   if (on_cpu(stream)) return detail::reference_adaln_modulate(x, shift, scale, out);
 #ifdef TESSERA_WITH_CUDA
@@ -308,11 +314,7 @@ void gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
   check_same_dtype(out, x, "out", "x");
   check_no_partial_overlap(out, x, "out", "x");
   check_no_partial_overlap(out, y, "out", "y");
-  check_rows(gate, stream, "gate");
-  TESSERA_CHECK_ARG(gate.size(0) == x.size(0) && gate.size(1) == x.size(2), "gate = ",
-                    gate.to_string(), ": expected [", x.size(0), ", ", x.size(2), "] [B, C] of x");
-  check_same_dtype(gate, x, "gate", "x");
-  check_no_partial_overlap(out, gate, "out", "gate");
+  check_per_batch(gate, x, out, stream, "gate");
   if (x.numel() == 0) return;
   if (on_cpu(stream)) return detail::reference_gated_add(x, y, gate, out);
 #ifdef TESSERA_WITH_CUDA

@@ -256,6 +256,22 @@ StepFn cogvideox_step(const Options& opt, model::CogVideoXConfig config, int64_t
   };
 }
 
+// Writes --json, and --output with the first method's prediction [seq, cols]; then fails when a
+// method's output differed from the first's beyond its record's bound.
+void finish(const Options& opt, const std::vector<BenchRecord>& records, std::vector<float>& first,
+            int64_t seq, int64_t cols) {
+  if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
+  if (!opt.text("output").empty()) {
+    const std::vector<int64_t> dims = {seq, cols};
+    const model::NamedTensor t{"prediction", TensorView::contiguous(first.data(), DType::kF32,
+                                                                    Device::cpu(), dims.data(), 2)};
+    model::write_safetensors(opt.text("output"), std::span<const model::NamedTensor>(&t, 1));
+  }
+  for (const BenchRecord& rec : records)
+    TESSERA_CHECK(rec.ok, ErrorCode::kInternal, "run dit: ", rec.impl,
+                  " differs from the first method by ", rec.extra.at("max_diff_vs_first"));
+}
+
 // Rows [n, cols] of floats as `dtype` in a new device tensor (and back).
 Tensor to_device(const std::vector<float>& v, int64_t n, int64_t cols, DType dtype,
                  const RankContext& ctx) {
@@ -394,17 +410,7 @@ int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp
       rec.extra_text["dtype"] = dtype_name(dtype);
       records.push_back(rec);
     }
-    if (ctx.rank != 0) return;
-    if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
-    if (!opt.text("output").empty()) {
-      const std::vector<int64_t> dims = {seq, cols};
-      const model::NamedTensor t{"prediction", TensorView::contiguous(first.data(), DType::kF32,
-                                                                      Device::cpu(), dims.data(), 2)};
-      model::write_safetensors(opt.text("output"), std::span<const model::NamedTensor>(&t, 1));
-    }
-    for (const BenchRecord& rec : records)
-      TESSERA_CHECK(rec.ok, ErrorCode::kInternal, "run dit: ", rec.impl,
-                    " differs from the first method by ", rec.extra.at("max_diff_vs_first"));
+    if (ctx.rank == 0) finish(opt, records, first, seq, cols);
   });
 }
 
@@ -515,16 +521,7 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
     rec.extra["max_diff_vs_first"] = max_diff;
     records.push_back(rec);
   }
-  if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
-  if (!opt.text("output").empty()) {
-    const std::vector<int64_t> dims = {seq, out_cols};
-    const model::NamedTensor t{"prediction", TensorView::contiguous(first.data(), DType::kF32,
-                                                                    Device::cpu(), dims.data(), 2)};
-    model::write_safetensors(opt.text("output"), std::span<const model::NamedTensor>(&t, 1));
-  }
-  for (const BenchRecord& rec : records)
-    TESSERA_CHECK(rec.ok, ErrorCode::kInternal, "run dit: ", rec.impl,
-                  " differs from the first method by ", rec.extra.at("max_diff_vs_first"));
+  finish(opt, records, first, seq, out_cols);
   return 0;
 }
 

@@ -119,38 +119,37 @@ void cuda_gelu_tanh(const TensorView& x, const TensorView& out, const Stream& st
   k::launch_pointwise(p, stream.cuda_stream());
 }
 
-void cuda_adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale,
-                         const TensorView& out, const Stream& stream) {
+namespace {
+
+// An op over x, out [B, L, C] with operands b, c: [B, L, C] (b_per_token) or [B, C] broadcast
+// over the L tokens.
+void launch_tokens(k::PointwiseOp op, const TensorView& x, const TensorView& b, bool b_per_token,
+                   const TensorView& c, const TensorView& out, const Stream& stream) {
   k::PointwiseParams p;
   p.element = element_of(x.dtype());
-  p.op = k::PointwiseOp::kAdalnModulate;
+  p.op = op;
   p.batch = x.size(0);
   p.rows = x.size(1);
   p.cols = x.size(2);
   p.a = {x.data(), x.stride(0), x.stride(1)};
-  p.b = {shift.data(), shift.stride(0), 0};  // broadcast over the L tokens
-  p.c = {scale.data(), scale.stride(0), 0};
+  p.b = {b.data(), b.stride(0), b_per_token ? b.stride(1) : 0};
+  p.c = {c.data(), c.stride(0), 0};
   p.out = out.data();
   p.out_stride_batch = out.stride(0);
   p.out_stride_row = out.stride(1);
   k::launch_pointwise(p, stream.cuda_stream());
 }
 
+}  // namespace
+
+void cuda_adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale,
+                         const TensorView& out, const Stream& stream) {
+  launch_tokens(k::PointwiseOp::kAdalnModulate, x, shift, false, scale, out, stream);
+}
+
 void cuda_gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
                     const TensorView& out, const Stream& stream) {
-  k::PointwiseParams p;
-  p.element = element_of(x.dtype());
-  p.op = k::PointwiseOp::kGatedAdd;
-  p.batch = x.size(0);
-  p.rows = x.size(1);
-  p.cols = x.size(2);
-  p.a = {x.data(), x.stride(0), x.stride(1)};
-  p.b = {y.data(), y.stride(0), y.stride(1)};
-  p.c = {gate.data(), gate.stride(0), 0};  // broadcast over the L tokens
-  p.out = out.data();
-  p.out_stride_batch = out.stride(0);
-  p.out_stride_row = out.stride(1);
-  k::launch_pointwise(p, stream.cuda_stream());
+  launch_tokens(k::PointwiseOp::kGatedAdd, x, y, true, gate, out, stream);
 }
 
 void cuda_silu(const TensorView& x, const TensorView& out, const Stream& stream) {
