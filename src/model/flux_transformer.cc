@@ -72,6 +72,9 @@ class FluxTransformer::Loader {
         group.push_back(std::async(std::launch::async, [this, j] {
           Bytes out;
           for (const Piece& p : jobs_[j]()) {
+            TESSERA_CHECK(p.offset + int64_t(p.values.size()) <= p.dst->view().numel(),
+                          ErrorCode::kInternal, "FluxTransformer: ", p.values.size(),
+                          " values at offset ", p.offset, " overrun ", p.dst->view().to_string());
             auto* dst = static_cast<std::byte*>(p.dst->data()) +
                         size_t(p.offset) * dtype_size(m_.dtype_);
             out.emplace_back(dst, to_dtype(p.values, m_.dtype_));

@@ -2,7 +2,7 @@
 // in float32, against FluxDit, the float32 reference, with the same random weights: every rank's
 // prediction rows match within float32 reduction-order noise, on 1, 2 and 4 ranks, with and
 // without text tokens; a second step is bitwise the first; bad dtypes and inputs are refused by
-// name.
+// name; replanning the attention for another method keeps the weights.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -98,6 +98,36 @@ TEST(FluxTransformerTest, MatchesTheFloat32ReferenceOnEveryRank) {
       EXPECT_EQ(again, got) << "a second step differs";
     });
   }
+}
+
+// replan_attention switches the method keeping the weights: the new plan's token layout and
+// RoPE tables follow, and each method's rows match the reference.
+TEST(FluxTransformerTest, ReplannedAttentionKeepsTheWeights) {
+  const FluxConfig f = small_flux(true);
+  const FluxDitShape shape{32, 4, 8};
+  const std::vector<float> image = values(shape.image_tokens * f.in_channels, 1);
+  std::vector<float> text = values(shape.text_tokens * f.joint_attention_dim, 2);
+  run_cpu_ranks(4, 1, test_options(), [&](RankContext& ctx) {
+    sp::PlanOptions options;
+    options.method = sp::Method::kRing;
+    model::FluxTransformer model(f, model::random_flux_source(kSeed), ctx, shape, DType::kF32,
+                                 options);
+    for (sp::Method method : {sp::Method::kUlysses, sp::Method::kUsp, sp::Method::kRing}) {
+      options.method = method;
+      model.replan_attention(options);
+      model::FluxDit reference(f, model::random_flux_weights(f, kSeed), ctx, shape, options);
+      ASSERT_EQ(model.local_image_tokens(), reference.local_image_tokens());
+      std::vector<float> rows = rows_of(image, f.in_channels, model.local_image_tokens());
+      const std::vector<float> want = reference.forward(rows, text, conditioning(f));
+      const int64_t n = int64_t(rows.size()) / f.in_channels, out_cols = model.output_columns();
+      std::vector<float> got(size_t(n * out_cols), NAN);
+      model.forward(view(rows, n, f.in_channels), view(text, shape.text_tokens, f.joint_attention_dim),
+                    conditioning(f), view(got, n, out_cols), ctx.stream);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 2e-4f * (1.0f + std::fabs(want[i])))
+            << "method " << int(method) << ", rank " << ctx.rank << ", element " << i;
+    }
+  });
 }
 
 TEST(FluxTransformerTest, BadDtypesAndInputsAreRefusedByName) {
