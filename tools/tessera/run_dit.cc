@@ -125,7 +125,7 @@ struct FluxInputs {
   std::vector<float> image, text;  // [L, in_channels], [J, joint_attention_dim]
   model::FluxConditioning cond;
   int64_t out_cols = 0;
-  std::string text_summary;
+  std::string summary;
 };
 
 FluxInputs flux_inputs(const Options& opt, model::FluxConfig config) {
@@ -170,7 +170,7 @@ FluxInputs flux_inputs(const Options& opt, model::FluxConfig config) {
   in.shape = {seq, j, width};
   in.out_cols = config.patch_size * config.patch_size *
                 (config.out_channels > 0 ? config.out_channels : config.in_channels);
-  in.text_summary = str("Flux, ", config.num_layers, " double + ", config.num_single_layers,
+  in.summary = str("Flux, ", config.num_layers, " double + ", config.num_single_layers,
                         " single blocks, L ", seq, " (", seq / width, " x ", width, "), J ", j);
   return in;
 }
@@ -347,7 +347,7 @@ int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     if (ctx.rank == 0)
       std::printf("# tessera run dit: %s, %s on %d GPUs (%s)\n# loading %.2f G weights ...\n",
-                  opt.text("model").c_str(), in.text_summary.c_str(), ctx.size,
+                  opt.text("model").c_str(), in.summary.c_str(), ctx.size,
                   dtype_name(dtype), double(weight_values) * 1e-9);
     std::fflush(stdout);
     std::unique_ptr<model::WeightStore> store;
@@ -471,7 +471,7 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
     const FluxInputs in = flux_inputs(opt, config.flux);
     seq = in.shape.image_tokens;
     out_cols = in.out_cols;
-    shape_text = in.text_summary;
+    shape_text = in.summary;
     step = flux_step(opt, in);
   } else {
     step = cogvideox_step(opt, config.cogvideox, seq, out_cols, shape_text);
