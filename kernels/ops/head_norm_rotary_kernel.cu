@@ -33,8 +33,8 @@ __global__ void __launch_bounds__(kBlockThreads) head_norm_rotary_kernel(HeadNor
       float a = to_f32(x[2 * j]) * inv_rms * to_f32(weight[2 * j]);
       float b = to_f32(x[2 * j + 1]) * inv_rms * to_f32(weight[2 * j + 1]);
       if (p.cos != nullptr) {
-        const float* c = p.cos + t * p.table_stride + 2 * j;
-        const float* s = p.sin + t * p.table_stride + 2 * j;
+        const float* c = p.cos + t * p.cos_stride + 2 * j;
+        const float* s = p.sin + t * p.sin_stride + 2 * j;
         const float ra = a * c[0] - b * s[0], rb = b * c[1] + a * s[1];
         a = ra;
         b = rb;

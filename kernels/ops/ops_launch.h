@@ -85,7 +85,7 @@ struct HeadNormRotaryParams {
   float eps = 1e-6f;
   const float* cos = nullptr;  // [tokens, dim] or nullptr (no rotation)
   const float* sin = nullptr;
-  int64_t table_stride = 0;
+  int64_t cos_stride = 0, sin_stride = 0;  // row strides
 };
 void launch_head_norm_rotary(const HeadNormRotaryParams& p, void* cuda_stream);
 

@@ -109,6 +109,15 @@ void check_per_batch(const TensorView& t, const TensorView& x, const TensorView&
   check_no_partial_overlap(out, t, "out", what);
 }
 
+// x and out [N, C] of one shape and dtype, out x itself or apart from it.
+void check_elementwise(const TensorView& x, const TensorView& out, const Stream& stream) {
+  check_rows(x, stream, "x");
+  check_rows(out, stream, "out");
+  check_shape(out, x, "out", "x");
+  check_same_dtype(out, x, "out", "x");
+  check_no_partial_overlap(out, x, "out", "x");
+}
+
 void check_eps(float eps) {
   TESSERA_CHECK_ARG(std::isfinite(eps) && eps > 0, "eps = ", eps, ": expected a finite value > 0");
 }
@@ -277,11 +286,7 @@ void silu_and_mul(const TensorView& gate, const TensorView& up, const TensorView
 }
 
 void gelu_tanh(const TensorView& x, const TensorView& out, const Stream& stream) {
-  check_rows(x, stream, "x");
-  check_rows(out, stream, "out");
-  check_shape(out, x, "out", "x");
-  check_same_dtype(out, x, "out", "x");
-  check_no_partial_overlap(out, x, "out", "x");
+  check_elementwise(x, out, stream);
   if (x.size(0) == 0) return;
   if (on_cpu(stream)) return detail::reference_gelu_tanh(x, out);
 #ifdef TESSERA_WITH_CUDA
@@ -323,11 +328,7 @@ void gated_add(const TensorView& x, const TensorView& y, const TensorView& gate,
 }
 
 void silu(const TensorView& x, const TensorView& out, const Stream& stream) {
-  check_rows(x, stream, "x");
-  check_rows(out, stream, "out");
-  check_shape(out, x, "out", "x");
-  check_same_dtype(out, x, "out", "x");
-  check_no_partial_overlap(out, x, "out", "x");
+  check_elementwise(x, out, stream);
   if (x.size(0) == 0) return;
   if (on_cpu(stream)) return detail::reference_silu(x, out);
 #ifdef TESSERA_WITH_CUDA

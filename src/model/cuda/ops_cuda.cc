@@ -56,6 +56,20 @@ k::Operand rows_operand(const TensorView& t) {
   return {t.data(), 0, t.stride(0)};
 }
 
+// out = op(x) over [N, C] rows.
+void launch_unary(k::PointwiseOp op, const TensorView& x, const TensorView& out,
+                  const Stream& stream) {
+  k::PointwiseParams p;
+  p.element = element_of(x.dtype());
+  p.op = op;
+  p.rows = x.size(0);
+  p.cols = x.size(1);
+  p.a = rows_operand(x);
+  p.out = out.data();
+  p.out_stride_row = out.stride(0);
+  k::launch_pointwise(p, stream.cuda_stream());
+}
+
 }  // namespace
 
 void cuda_rms_norm(const TensorView& x, const Residual& residual, const TensorView& weight,
@@ -108,15 +122,7 @@ void cuda_silu_and_mul(const TensorView& gate, const TensorView& up, const Tenso
 }
 
 void cuda_gelu_tanh(const TensorView& x, const TensorView& out, const Stream& stream) {
-  k::PointwiseParams p;
-  p.element = element_of(x.dtype());
-  p.op = k::PointwiseOp::kGeluTanh;
-  p.rows = x.size(0);
-  p.cols = x.size(1);
-  p.a = rows_operand(x);
-  p.out = out.data();
-  p.out_stride_row = out.stride(0);
-  k::launch_pointwise(p, stream.cuda_stream());
+  launch_unary(k::PointwiseOp::kGeluTanh, x, out, stream);
 }
 
 namespace {
@@ -153,15 +159,7 @@ void cuda_gated_add(const TensorView& x, const TensorView& y, const TensorView& 
 }
 
 void cuda_silu(const TensorView& x, const TensorView& out, const Stream& stream) {
-  k::PointwiseParams p;
-  p.element = element_of(x.dtype());
-  p.op = k::PointwiseOp::kSilu;
-  p.rows = x.size(0);
-  p.cols = x.size(1);
-  p.a = rows_operand(x);
-  p.out = out.data();
-  p.out_stride_row = out.stride(0);
-  k::launch_pointwise(p, stream.cuda_stream());
+  launch_unary(k::PointwiseOp::kSilu, x, out, stream);
 }
 
 void cuda_head_rms_norm_rotary(const TensorView& x, const TensorView& weight, float eps,
@@ -181,11 +179,10 @@ void cuda_head_rms_norm_rotary(const TensorView& x, const TensorView& weight, fl
   p.weight = weight.data();
   p.eps = eps;
   if (!cos.empty()) {
-    TESSERA_CHECK_ARG(cos.stride(0) == sin.stride(0), "cos = ", cos.to_string(), ", sin = ",
-                      sin.to_string(), ": expected one row stride for both tables");
     p.cos = cos.data_as<const float>();
     p.sin = sin.data_as<const float>();
-    p.table_stride = cos.stride(0);
+    p.cos_stride = cos.stride(0);
+    p.sin_stride = sin.stride(0);
   }
   k::launch_head_norm_rotary(p, stream.cuda_stream());
 }
