@@ -166,12 +166,13 @@ Tensor LlamaGpuModel::Impl::upload(const Bits& bits, std::initializer_list<int64
 }
 
 int LlamaGpuModel::Impl::splits_for(int64_t batch) const {
-  // Enough (sequence, KV head, split) CTAs for two waves, splits of at least 64 positions (the
-  // unfused decode path's rule; more splits measured slower while the merge read each split's
-  // lse from global memory serially, before a78effc: not re-measured since).
+  // Enough (sequence, KV head, split) CTAs for four waves, splits of at least 128 positions.
+  // On an H200 at context 4096 (docs/PERF.md, 2026-11-28) four waves took batch 16's decode
+  // step 9-10% faster than two (5 splits, not 3), and batch 1 was fastest at 33 splits of 124
+  // positions of 33, 66 and 132, which the 128-position floor keeps (32).
   const int64_t ctas = batch * shapes.kv_heads;
-  return int(std::clamp<int64_t>((2 * sm_count + ctas - 1) / ctas, 1,
-                                 std::max<int64_t>(1, opts.max_context / 64)));
+  return int(std::clamp<int64_t>((4 * sm_count + ctas - 1) / ctas, 1,
+                                 std::max<int64_t>(1, opts.max_context / 128)));
 }
 
 const gemm::Gemm& LlamaGpuModel::Impl::linear(LinearKind kind, int64_t m) {
