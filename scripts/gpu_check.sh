@@ -7,6 +7,8 @@
 #   writing the planner's tuning table, then its pick against the unfused pair; sched, the
 #   scheduler's strategies and its rule (bench sched); llm, the Llama decoder end to end (on one
 #   GPU Llama-3-8B beside transformers, on several a Llama-3-70B-shaped stack at TP 1 and TP N);
+#   dit, a Flux.1-dev-shaped DiT step beside diffusers (several GPUs: every sequence-parallel
+#   method beside the torch USP peer; DIT_SEQ lists the image token counts; carry .whl);
 #   spsweep, the long sequence-parallel sweep of scripts/sp_sweep.sh, PARTS selects its
 #   parts; python, the Python package built against build-gpu with its pytest and per-call
 #   overhead, scripts/gpu_python.sh; and sanitize, compute-sanitizer over the single-GPU tests,
@@ -109,6 +111,25 @@ if has llm; then
     fi
   fi
 fi
+if has dit; then
+  # One Flux.1-dev-shaped denoising step (J 512 text tokens): on one GPU beside diffusers eager
+  # (torch_flux_step.py), on several with every sequence-parallel method beside the torch USP
+  # peer (torch_flux_usp_step.py, Ulysses over every GPU). diffusers comes as a wheel in .whl/.
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl >"$out/pip.log" 2>&1 || status=1
+  for seq in ${DIT_SEQ:-4096 16384}; do
+    $bin run dit --model flux --seq "$seq" --text 512 --sp "$([ "$ngpu" -ge 2 ] && echo all || echo auto)" \
+      --json "$out/dit_flux_L${seq}.json" >>"$out/dit.log" 2>&1 || status=1
+  done
+  seqs=$(echo ${DIT_SEQ:-4096 16384} | tr ' ' ,)
+  if [ "$ngpu" -ge 2 ]; then
+    PYTHONPATH=/tmp/site torchrun --standalone --nproc_per_node "$ngpu" bench/anchors/torch_flux_usp_step.py \
+      --seq "$seqs" --text 512 --json "$out/dit_flux_torch_usp.json" >"$out/dit_torch.log" 2>&1 || status=1
+  else
+    PYTHONPATH=/tmp/site python3 bench/anchors/torch_flux_step.py --seq "$seqs" --text 512 \
+      --json "$out/dit_flux_torch.json" >"$out/dit_torch.log" 2>&1 || status=1
+  fi
+fi
 if has sched; then
   # The scheduler's strategies side by side (writing the rule's table), then the rule beside
   # them: on one GPU Llama-3-8B, on several a Llama-3-70B-shaped stack at TP N.
@@ -133,6 +154,7 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/gemm.log" ] && { echo "=== gemm ==="; grep -v "^\[" "$out/gemm.log" | tail -40; }
 [ -f "$out/tp_loopback.log" ] && { echo "=== tp loopback ==="; grep -v "^\[" "$out/tp_loopback.log" | tail -40; }
 [ -f "$out/tp.log" ] && { echo "=== tp ==="; grep -v "^\[" "$out/tp.log" | tail -20; }
+[ -f "$out/dit.log" ] && { echo "=== dit ==="; grep -v "^\[" "$out/dit.log" | tail -20; tail -4 "$out/dit_torch.log"; }
 [ -f "$out/tp_sweep.log" ] && { echo "=== tp sweep ==="; grep -v "^\[" "$out/tp_sweep.log" | tail -90; }
 [ -f "$out/torch_tp.log" ] && { echo "=== torch tp ==="; tail -70 "$out/torch_tp.log"; }
 [ -f "$out/tp_auto.log" ] && { echo "=== tp auto ==="; grep -v "^\[" "$out/tp_auto.log" | tail -50; }
