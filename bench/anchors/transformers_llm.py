@@ -29,11 +29,12 @@ the compiled step was slower than the eager one on an H100.
 Case names follow run_llm.cc: "<model> b<B> ctx<L> prefill|decode", model "llama3-8b" or
 "llama3-8b-<N>l" when --layers differs from the preset's. Prints a table; --json FILE writes
 the records as tools/tessera/bench_record.cc does (bench "llm"; decode extras tokens_per_s,
-roofline_fraction, bytes, read_gbps). ok: the logits are finite. Needs transformers 5.24 or
-later (the forward's `cache=` argument); an older one stops with an error.
+roofline_fraction, bytes, read_gbps). ok: the logits are finite. The cache goes to the forward
+as `cache=` (transformers 5.24) or `past_key_values=` (earlier), whichever its signature has.
 """
 import argparse
 import datetime
+import inspect
 import json
 import math
 import os
@@ -104,15 +105,23 @@ def decode_bytes(model, batch, context):
     return weights + batch * c.hidden_size * elem + kv
 
 
+def cache_argument(model):
+    """The name the model's forward takes its KV cache by: `cache` from transformers 5.24,
+    `past_key_values` before (GPU images have carried both)."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def run_batch(model, batch, args, device, decode_fns):
     """Prefill median (us), then {impl: (median us per step, finite)} for each decode forward."""
     cache = StaticCache(config=model.config, max_cache_len=args.prompt_len + args.gen)
+    with_cache = {cache_argument(model): cache}
     prompt = torch.randint(0, model.config.vocab_size, (batch, args.prompt_len), device=device)
 
     def prefill():
         cache.reset()  # outside the timed region: zeroing the cache is no part of a prefill
-        return timed(lambda: model(input_ids=prompt, cache=cache, use_cache=True,
-                                   logits_to_keep=1).logits[:, -1], device)
+        return timed(lambda: model(input_ids=prompt, use_cache=True, logits_to_keep=1,
+                                   **with_cache).logits[:, -1], device)
 
     samples = [prefill()[1] for _ in range(args.warmup + args.iters)][args.warmup:]
     prefill_us, prefill_ok = statistics.median(samples), True
@@ -122,10 +131,10 @@ def run_batch(model, batch, args, device, decode_fns):
         for _ in range(2):
             logits, _ = prefill()
             prefill_ok = prefill_ok and bool(torch.isfinite(logits).all())
-            # A transformers that takes the cache under another name ignores it and runs cacheless.
+            # A forward that took the cache under another name would ignore it and run cacheless.
             if int(cache.get_seq_length()) != args.prompt_len:
-                raise SystemExit("transformers_llm.py: the static cache was not filled (needs a "
-                                 "transformers whose forward takes `cache=`, 5.24 or later)")
+                raise SystemExit("transformers_llm.py: the static cache was not filled (the "
+                                 f"forward took it as `{cache_argument(model)}=`)")
             token = logits.argmax(-1, keepdim=True)
             steps = []
             for _ in range(args.gen - 1):
@@ -133,7 +142,7 @@ def run_batch(model, batch, args, device, decode_fns):
                     torch.compiler.cudagraph_mark_step_begin()  # each step is a new graph replay
 
                 def step():
-                    out = forward(input_ids=token, cache=cache, use_cache=True).logits[:, -1]
+                    out = forward(input_ids=token, use_cache=True, **with_cache).logits[:, -1]
                     return out, out.argmax(-1, keepdim=True)
 
                 (logits, token), us = timed(step, device)
