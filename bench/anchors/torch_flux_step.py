@@ -39,6 +39,39 @@ def grid_width(seq):
     return w
 
 
+def flux_model(double, single, device="cuda"):
+    """Flux.1-dev's transformer with `double` and `single` blocks, random bf16 weights from seed 1
+    (every process that makes it gets the same model)."""
+    torch.manual_seed(1)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        model = FluxTransformer2DModel(
+            patch_size=1, in_channels=64, out_channels=64, num_layers=double,
+            num_single_layers=single, attention_head_dim=128, num_attention_heads=24,
+            joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
+            axes_dims_rope=(16, 56, 56)).eval()
+    torch.set_default_dtype(torch.float32)
+    return model
+
+
+def step_inputs(seq, text, device="cuda"):
+    """The forward's arguments for one step: seq image tokens of a square-ish latent grid and
+    `text` text tokens, random from seed 7 (the same on every process)."""
+    g = torch.Generator(device=device).manual_seed(7)
+    w = grid_width(seq)
+    ids = torch.zeros(seq, 3, device=device)
+    ids[:, 1] = torch.arange(seq, device=device) // w
+    ids[:, 2] = torch.arange(seq, device=device) % w
+    return dict(hidden_states=torch.randn(1, seq, 64, device=device, generator=g).bfloat16(),
+                encoder_hidden_states=torch.randn(1, text, 4096, device=device,
+                                                  generator=g).bfloat16(),
+                pooled_projections=torch.randn(1, 768, device=device, generator=g).bfloat16(),
+                timestep=torch.tensor([0.5], device=device, dtype=torch.bfloat16),
+                img_ids=ids, txt_ids=torch.zeros(text, 3, device=device),
+                guidance=torch.tensor([3.5], device=device, dtype=torch.bfloat16),
+                return_dict=False)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -51,15 +84,7 @@ def main():
     ap.add_argument("--json", default="")
     args = ap.parse_args()
     double, single = (int(x) for x in args.blocks.split(","))
-    torch.manual_seed(1)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = FluxTransformer2DModel(
-            patch_size=1, in_channels=64, out_channels=64, num_layers=double,
-            num_single_layers=single, attention_head_dim=128, num_attention_heads=24,
-            joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
-            axes_dims_rope=(16, 56, 56)).eval()
-    torch.set_default_dtype(torch.float32)
+    model = flux_model(double, single)
     params = sum(p.numel() for p in model.parameters())
     gpu = torch.cuda.get_device_name()
     print(f"# torch {torch.__version__}, {gpu}, Flux {double} double + {single} single blocks, "
@@ -69,19 +94,7 @@ def main():
         fns["torch compiled"] = torch.compile(model)
     records = []
     for seq in (int(s) for s in args.seq.split(",")):
-        w = grid_width(seq)
-        dev = "cuda"
-        image = torch.randn(1, seq, 64, device=dev, dtype=torch.bfloat16)
-        text = torch.randn(1, args.text, 4096, device=dev, dtype=torch.bfloat16)
-        pooled = torch.randn(1, 768, device=dev, dtype=torch.bfloat16)
-        img_ids = torch.zeros(seq, 3, device=dev)
-        img_ids[:, 1] = torch.arange(seq, device=dev) // w
-        img_ids[:, 2] = torch.arange(seq, device=dev) % w
-        kwargs = dict(hidden_states=image, encoder_hidden_states=text, pooled_projections=pooled,
-                      timestep=torch.tensor([0.5], device=dev, dtype=torch.bfloat16),
-                      img_ids=img_ids, txt_ids=torch.zeros(args.text, 3, device=dev),
-                      guidance=torch.tensor([3.5], device=dev, dtype=torch.bfloat16),
-                      return_dict=False)
+        kwargs = step_inputs(seq, args.text)
         for impl, fn in fns.items():
             times = []
             with torch.no_grad():

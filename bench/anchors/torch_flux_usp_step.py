@@ -35,13 +35,12 @@ import time
 
 import torch
 import torch.distributed as dist
-from diffusers import FluxTransformer2DModel
 from diffusers.models.transformers.transformer_flux import _get_qkv_projections
 from diffusers.models.embeddings import apply_rotary_emb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_usp  # noqa: E402  (the USP attention layer)
-from torch_flux_step import grid_width, write_json  # noqa: E402
+from torch_flux_step import flux_model, step_inputs, write_json  # noqa: E402
 
 
 class UspFluxAttnProcessor:
@@ -75,34 +74,6 @@ class UspFluxAttnProcessor:
         return image, attn.to_add_out(text.contiguous())
 
 
-def make_model(double, single, device):
-    torch.manual_seed(1)
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device(device):
-        model = FluxTransformer2DModel(
-            patch_size=1, in_channels=64, out_channels=64, num_layers=double,
-            num_single_layers=single, attention_head_dim=128, num_attention_heads=24,
-            joint_attention_dim=4096, pooled_projection_dim=768, guidance_embeds=True,
-            axes_dims_rope=(16, 56, 56)).eval()
-    torch.set_default_dtype(torch.float32)
-    return model
-
-
-def inputs(seq, text, device):
-    g = torch.Generator(device=device).manual_seed(7)
-    w = grid_width(seq)
-    ids = torch.zeros(seq, 3, device=device)
-    ids[:, 1] = torch.arange(seq, device=device) // w
-    ids[:, 2] = torch.arange(seq, device=device) % w
-    return dict(hidden_states=torch.randn(1, seq, 64, device=device, generator=g).bfloat16(),
-                encoder_hidden_states=torch.randn(1, text, 4096, device=device, generator=g).bfloat16(),
-                pooled_projections=torch.randn(1, 768, device=device, generator=g).bfloat16(),
-                timestep=torch.tensor([0.5], device=device, dtype=torch.bfloat16),
-                img_ids=ids, txt_ids=torch.zeros(text, 3, device=device),
-                guidance=torch.tensor([3.5], device=device, dtype=torch.bfloat16),
-                return_dict=False)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -131,15 +102,15 @@ def main():
     mesh = torch_usp.Mesh(u, world // u)
     double, single = (int(x) for x in args.blocks.split(","))
     check = args.check if args.check >= 0 else int(double + single <= 2)
-    model = make_model(double, single, device)
-    reference = make_model(double, single, device) if check and rank == 0 else None
+    model = flux_model(double, single, device)
+    reference = flux_model(double, single, device) if check and rank == 0 else None
     model.set_attn_processor(UspFluxAttnProcessor(mesh, args.text, "auto"))
     gpu = torch.cuda.get_device_name() if cuda else "cpu"
     records = []
     for seq in (int(s) for s in args.seq.split(",")):
         if seq % world:
             sys.exit(f"--seq {seq}: expected a multiple of the {world} ranks")
-        full = inputs(seq, args.text, device)
+        full = step_inputs(seq, args.text, device)
         n = seq // world
         mine = dict(full, hidden_states=full["hidden_states"][:, rank * n:(rank + 1) * n],
                     img_ids=full["img_ids"][rank * n:(rank + 1) * n])
