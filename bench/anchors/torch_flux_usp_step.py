@@ -104,7 +104,8 @@ def main():
     check = args.check if args.check >= 0 else int(double + single <= 2)
     model = flux_model(double, single, device)
     reference = flux_model(double, single, device) if check and rank == 0 else None
-    model.set_attn_processor(UspFluxAttnProcessor(mesh, args.text, "auto"))
+    processor = UspFluxAttnProcessor(mesh, args.text, backend=None)  # one, set on every block
+    model.set_attn_processor(processor)
     gpu = torch.cuda.get_device_name() if cuda else "cpu"
     records = []
     for seq in (int(s) for s in args.seq.split(",")):
@@ -115,10 +116,7 @@ def main():
         mine = dict(full, hidden_states=full["hidden_states"][:, rank * n:(rank + 1) * n],
                     img_ids=full["img_ids"][rank * n:(rank + 1) * n])
         probe = argparse.Namespace(dtype="bf16", batch=1, heads=24, head_dim=128, joint=args.text)
-        backend = torch_usp.pick_backend("auto", device, probe, seq, mesh)
-        for block in model.modules():
-            if hasattr(block, "processor") and isinstance(block.processor, UspFluxAttnProcessor):
-                block.processor.backend = backend
+        processor.backend = torch_usp.pick_backend("auto", device, probe, seq, mesh)
         times = []
         with torch.no_grad():
             for it in range(args.warmup + args.iters):

@@ -115,7 +115,8 @@ def cache_argument(model):
 def run_batch(model, batch, args, device, decode_fns):
     """Prefill median (us), then {impl: (median us per step, finite)} for each decode forward."""
     cache = StaticCache(config=model.config, max_cache_len=args.prompt_len + args.gen)
-    with_cache = {cache_argument(model): cache}
+    cache_name = cache_argument(model)
+    with_cache = {cache_name: cache}
     prompt = torch.randint(0, model.config.vocab_size, (batch, args.prompt_len), device=device)
 
     def prefill():
@@ -134,7 +135,7 @@ def run_batch(model, batch, args, device, decode_fns):
             # A forward that took the cache under another name would ignore it and run cacheless.
             if int(cache.get_seq_length()) != args.prompt_len:
                 raise SystemExit("transformers_llm.py: the static cache was not filled (the "
-                                 f"forward took it as `{cache_argument(model)}=`)")
+                                 f"forward took it as `{cache_name}=`)")
             token = logits.argmax(-1, keepdim=True)
             steps = []
             for _ in range(args.gen - 1):

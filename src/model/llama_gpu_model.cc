@@ -167,9 +167,9 @@ Tensor LlamaGpuModel::Impl::upload(const Bits& bits, std::initializer_list<int64
 
 int LlamaGpuModel::Impl::splits_for(int64_t batch) const {
   // Enough (sequence, KV head, split) CTAs for four waves, splits of at least 128 positions.
-  // On an H200 at context 4096 (docs/PERF.md, 2026-11-28) four waves took batch 16's decode
-  // step 9-10% faster than two (5 splits, not 3), and batch 1 was fastest at 33 splits of 124
-  // positions of 33, 66 and 132, which the 128-position floor keeps (32).
+  // H200, context 4096 (docs/PERF.md, 2026-11-28, trees with other decode changes since
+  // reverted): batch 16 took 9-10% less per token with four waves than two (5 splits, not 3);
+  // batch 1 was fastest at 33 splits of the 33, 66 and 132 tried, which the floor keeps (32).
   const int64_t ctas = batch * shapes.kv_heads;
   return int(std::clamp<int64_t>((4 * sm_count + ctas - 1) / ctas, 1,
                                  std::max<int64_t>(1, opts.max_context / 128)));
