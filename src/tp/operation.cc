@@ -188,6 +188,20 @@ RankShapes TpOperation::shapes() const {
   return impl_->shapes;
 }
 
+void TpOperation::time_phases(bool on) {
+#ifdef TESSERA_WITH_CUDA
+  if (impl_->cuda_runner) impl_->cuda_runner->phases().enable(on);
+#endif
+  (void)on;
+}
+
+std::vector<TpPhase> TpOperation::phases() const {
+#ifdef TESSERA_WITH_CUDA
+  if (impl_->cuda_runner) return impl_->cuda_runner->phases().read();
+#endif
+  return {};
+}
+
 void TpOperation::run(const TensorView& a, const TensorView& b, const TensorView& bias,
                       const TensorView& out, const Stream& stream) {
   Impl& im = *impl_;

@@ -6,6 +6,9 @@
 
 #include "tessera/comm/context.h"
 #include "tessera/tp/plan.h"
+#ifdef TESSERA_WITH_CUDA
+#include "tp/cuda/phase_clock.h"
+#endif
 
 namespace tessera::tp::detail {
 
@@ -17,6 +20,10 @@ class CudaTpRunner {
   virtual ~CudaTpRunner() = default;
   virtual void run(const TensorView& a, const TensorView& b, const TensorView& bias,
                    const TensorView& out, const Stream& stream) = 0;
+  PhaseClock& phases() { return phases_; }
+
+ protected:
+  PhaseClock phases_;  // run() marks where each phase ends
 };
 // The unfused pair: cuBLASLt GEMMs and the Communicator's (NCCL) collectives.
 std::unique_ptr<CudaTpRunner> make_cuda_unfused_pair(RankContext& ctx, const TpPlan& plan);

@@ -119,12 +119,41 @@ class TpBench {
       if (ctx_.heap) ctx_.heap->check_errors();
       throw;
     }
+    if (opt_.flag("phases")) print_phases(op, once);
     Measured m;
     m.median_us = max_across_ranks(ctx_, median(us));
     check(r, s, out, m);
     m.wrong = int64_t(sum_across_ranks(ctx_, double(m.wrong)));
     m.checked = int64_t(sum_across_ranks(ctx_, double(m.checked)));
     return m;
+  }
+
+  // One more run with its phases timed (after the timed ones: the events stay out of their
+  // medians), each rank's printed in rank order (cuda; the cpu backend times none).
+  template <typename Run>
+  void print_phases(tp::TpOperation& op, Run&& once) {
+    const Stream& st = ctx_.stream;
+    op.time_phases(true);
+    ctx_.world->barrier(st);
+    once();
+    ctx_.world->synchronize(st);
+    op.time_phases(false);
+    const std::vector<tp::TpPhase> phases = op.phases();
+    if (phases.empty()) return;  // the cpu backend times none (the same on every rank)
+    std::string line = str("    rank ", ctx_.rank, " phases (us):");
+    char us[32];
+    for (const tp::TpPhase& phase : phases) {
+      std::snprintf(us, sizeof us, "%.1f", phase.us);
+      line += str(" ", phase.name, " ", us, ";");
+    }
+    for (int q = 0; q < ctx_.size; ++q) {
+      if (q == ctx_.rank) {
+        std::printf("%s\n", line.c_str());
+        std::fflush(stdout);
+      }
+      ctx_.world->barrier(st);
+      ctx_.world->synchronize(st);
+    }
   }
 
   // This rank's GEMM alone: AllGather+GEMM's on the gathered rows, [M, K] x [N/P, K]^T;
@@ -249,6 +278,10 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
        {"warmup", "2", "untimed iterations per case"},
        {"iters", "10", "timed iterations per case (median reported)"},
        {"check", "64", "sampled output elements verified per rank"},
+       {"comm-rows", "-1",
+        "AllGather+GEMM's rows per communication chunk (-1: the planner's pick, 0: a whole "
+        "shard)"},
+       {"phases", "", "print when each phase of one more run ended, per rank", true},
        {"emulate-nodes", "1", "group the ranks into N emulated machines"},
        {"link", "nic400", "emulated link preset: nic400 (50 GB/s, 5 us) or paper"},
        {"link-gbps", "0", "emulated link bandwidth per GPU in GB/s (overrides --link)"},
@@ -351,6 +384,7 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
           const bool fused = impl == "fused", automatic = impl == "auto";
           if (fused && !fused_runs) continue;
           tp::TpPlanOptions options;
+          options.comm_rows = opt.integer("comm-rows", -1, int64_t(1) << 40);
           options.fuse = automatic ? tp::TpPlanOptions::Fuse::kAuto
                          : fused   ? tp::TpPlanOptions::Fuse::kFused
                                    : tp::TpPlanOptions::Fuse::kUnfused;

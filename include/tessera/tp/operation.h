@@ -23,6 +23,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tessera/comm/context.h"
 #include "tessera/core/tensor_view.h"
@@ -31,6 +32,13 @@
 #include "tessera/tp/planner.h"
 
 namespace tessera::tp {
+
+// When a phase of a run ended (a communication step, a GEMM, a wait), in us since the run
+// began on this rank's stream.
+struct TpPhase {
+  std::string name;
+  double us = 0;
+};
 
 // Why `plan`'s fused form cannot run on `backend` (empty: it can, or the plan is unfused): the
 // cpu backend runs every fused plan; cuda builds fused AllGather+GEMM (what its kernel takes)
@@ -60,6 +68,12 @@ class TpOperation {
   // out_dtype. Each mismatch is refused naming the argument.
   void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,
            const Stream& stream);
+
+  // Phase timing (`tessera bench tp --phases`): when on, each run records an event at the end
+  // of every phase, and phases() returns the last run's, waiting for them. The cuda backend
+  // times its phases; the cpu backend has none to report (empty).
+  void time_phases(bool on);
+  std::vector<TpPhase> phases() const;
 
   struct Impl;
 

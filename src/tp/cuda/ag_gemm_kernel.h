@@ -2,7 +2,8 @@
 // path and TpLoopback): the GEMM configuration (the rule's cooperative data-parallel tile: a
 // split would split a tile's wait), the arrival tables on the GPU (the communication chunks
 // each row tile waits for, the rank that sends each chunk), the rank's cluster order (the
-// local rows first, then by when the last chunk a cluster needs arrives in gather_order), and
+// local rows first, then by when the last chunk a cluster needs arrives: in gather_order when
+// the sources send one after another, chunk by chunk when they send at once), and
 // the bands the kernel visits column by column (rows of one communication chunk: they arrive
 // together), and the kernel's workspace.
 #pragma once
@@ -28,7 +29,9 @@ void check_ag_gemm_kernel_supports(const TpPlan& plan, const char* who);
 class AgGemmKernel {
  public:
   // `config_sms`: the multiprocessors the rule picks the tile for; launches may use fewer.
-  AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_sms);
+  // `sources_at_once`: every peer sends its chunks at the same time (else one peer after the
+  // other, in gather_order).
+  AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_sms, bool sources_at_once);
 
   const gemm::GemmConfig& config() const { return config_; }
   std::string config_name() const { return gemm::gemm_config_name(config_); }

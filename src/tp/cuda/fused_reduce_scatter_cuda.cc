@@ -95,7 +95,9 @@ class FusedReduceScatter final : public CudaTpRunner {
       return peer_partials_[size_t(owner)] + size_t(rank) * block_bytes;
     };
     cuda_comm::CudaSymmetricHeap& heap = words_.heap();
+    phases_.start(s);
     heap.barrier(stream);
+    phases_.mark("barrier", s);
     if (split_) {
       for (int owner : owner_order(plan_, rank)) {
         const RowRange rows = row_range(r.m, p, owner);
@@ -110,11 +112,13 @@ class FusedReduceScatter final : public CudaTpRunner {
         }
         cuda_comm::stream_write_value64(s, words_.word(owner, count_signal(plan_, rank)), epoch,
                                         "fused gemm_rs: an owner's word");
+        phases_.mark(str("gemm for rank ", owner), s);
       }
     } else {
       gemms_.at(r.m)->run(a, b, TensorView(),
                           TensorView(product_.data(), r.out_dtype, ctx_.device, {r.m, r.n}),
                           stream);
+      phases_.mark("gemm", s);
       for (int owner : owner_order(plan_, rank)) {
         const RowRange rows = row_range(r.m, p, owner);
         if (rows.count > 0) {
@@ -125,12 +129,14 @@ class FusedReduceScatter final : public CudaTpRunner {
         cuda_comm::stream_write_value64(s, words_.word(owner, count_signal(plan_, rank)), epoch,
                                         "fused gemm_rs: an owner's word");
       }
+      phases_.mark("copied to owners", s);
     }
     for (int source = 0; source < p; ++source) {
       if (source != rank)
         heap.wait_signal(words_.base() + count_signal(plan_, source), WaitCmp::kGe, epoch, source,
                          stream);
     }
+    phases_.mark("partials arrived", s);
     kernels::SumPartialsParams sum;
     sum.element = element(r.out_dtype);
     sum.partials = peer_partials_[size_t(rank)];
@@ -142,6 +148,7 @@ class FusedReduceScatter final : public CudaTpRunner {
     sum.out = out.data();
     kernels::launch_sum_partials(sum, stream.cuda_stream());
     TESSERA_CUDA_CHECK(cudaGetLastError());
+    phases_.mark("sum", s);
   }
 
  private:

@@ -80,6 +80,7 @@ class UnfusedPair final : public CudaTpRunner {
       return static_cast<const std::byte*>(base) + bytes;
     };
     auto at_mut = [](void* base, size_t bytes) { return static_cast<std::byte*>(base) + bytes; };
+    phases_.start(s);
     switch (r_.op) {
       case TpOp::kAllGatherGemm: {
         const size_t row_bytes = size_t(r_.k) * in_elem_;
@@ -90,6 +91,7 @@ class UnfusedPair final : public CudaTpRunner {
                                            cudaMemcpyDeviceToDevice, s));
         comm.all_gather(view(send_, r_.dtype, share_ * r_.k),
                         view(recv_, r_.dtype, p_ * share_ * r_.k), stream);
+        phases_.mark("all_gather", s);
         void* product = padded_ ? product_.data() : out.data();
         gemm_->run(recv_.data(), b.data(), bias_ptr, product, workspace_.data(), s);
         if (padded_) {
@@ -103,11 +105,13 @@ class UnfusedPair final : public CudaTpRunner {
                                 size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice, s));
           }
         }
+        phases_.mark("gemm", s);
         break;
       }
       case TpOp::kGemmReduceScatter: {
         const size_t row_out = size_t(r_.n) * out_elem_;
         gemm_->run(a.data(), b.data(), bias_ptr, product_.data(), workspace_.data(), s);
+        phases_.mark("gemm", s);
         const Buffer& send = padded_ ? send_ : product_;
         if (padded_) {
           TESSERA_CUDA_CHECK(cudaMemsetAsync(send_.data(), 0, size_t(p_ * share_) * row_out, s));
@@ -121,6 +125,7 @@ class UnfusedPair final : public CudaTpRunner {
         }
         comm.reduce_scatter(view(send, r_.out_dtype, p_ * share_ * r_.n),
                             view(recv_, r_.out_dtype, share_ * r_.n), ReduceOp::kSum, stream);
+        phases_.mark("reduce_scatter", s);
         TESSERA_CUDA_CHECK(cudaMemcpyAsync(out.data(), recv_.data(), size_t(mine_.count) * row_out,
                                            cudaMemcpyDeviceToDevice, s));
         break;
