@@ -137,8 +137,8 @@ class TpBench {
     ctx_.world->barrier(st);
     once();
     ctx_.world->synchronize(st);
-    op.time_phases(false);
     const std::vector<tp::TpPhase> phases = op.phases();
+    op.time_phases(false);
     if (phases.empty()) return;  // the cpu backend times none (the same on every rank)
     std::string line = str("    rank ", ctx_.rank, " phases (us):");
     char us[32];

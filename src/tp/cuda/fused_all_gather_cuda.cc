@@ -12,7 +12,9 @@
 //      rank-1 first: the plan's gather_order); `concurrent`, a side stream per peer, all at
 //      once (each rank receives chunk c of every source together);
 //   4. the GEMM on every multiprocessor, each row tile waiting for its chunks' words to reach
-//      this call's epoch (kernels/tp/), visiting the local rows first;
+//      this call's epoch (kernels/tp/), visiting the local rows first; launched before step 3
+//      is enqueued, so that the host's time enqueueing the pushes (a few us per chunk) is not
+//      spent with the GPU idle;
 //   5. the caller's stream joins the side stream.
 // Signal words hold the epoch of the call that last raised them, so nothing resets them; they
 // are zeroed once, when the operation is made.
@@ -86,26 +88,32 @@ class FusedAllGather final : public CudaTpRunner {
     words_.heap().barrier(stream);
     phases_.mark("barrier", s);
     ready_.record(stream);
-    for (const Stream& side : sides_) ready_.wait_on(side);
-    for (int i = 1; i < p; ++i) {
-      const int q = (rank + i) % p;
-      const auto side = static_cast<cudaStream_t>(sides_[concurrent_ ? i - 1 : 0].cuda_stream());
-      for (int64_t c = 0; c < num_chunks(plan_, rank); ++c) {
-        const RowRange rows = chunk_rows(plan_, rank, c);
-        TESSERA_CUDA_CHECK(cudaMemcpyAsync(
-            peer_gathered_[size_t(q)] + size_t(rows.begin) * row_bytes_,
-            static_cast<const std::byte*>(a.data()) + size_t(rows.begin - mine.begin) * row_bytes_,
-            size_t(rows.count) * row_bytes_, cudaMemcpyDeviceToDevice, side));
-        cuda_comm::stream_write_value64(side,
-                                        words_.word(q, chunk_signal(plan_, rank, c)),
-                                        epoch, "fused ag_gemm: a peer's arrival word");
-      }
-      phases_.mark(str("sent to rank ", q), side);
-    }
+    // The GEMM first: its tiles of local rows start while the host still enqueues the pushes.
     kernel_->launch(gathered_.local, b.data(), bias.empty() ? nullptr : bias.data(), out.data(),
                     words_.word(rank, 0), epoch, wait_timeout_ms(), words_.heap().timeout_log(),
                     sms_, s);
     phases_.mark("gemm", s);
+    for (const Stream& side : sides_) ready_.wait_on(side);
+    const int64_t chunks = num_chunks(plan_, rank);
+    auto push = [&](int i, int64_t c) {  // chunk c to rank+i
+      const int q = (rank + i) % p;
+      const auto side = static_cast<cudaStream_t>(sides_[concurrent_ ? i - 1 : 0].cuda_stream());
+      const RowRange rows = chunk_rows(plan_, rank, c);
+      TESSERA_CUDA_CHECK(cudaMemcpyAsync(
+          peer_gathered_[size_t(q)] + size_t(rows.begin) * row_bytes_,
+          static_cast<const std::byte*>(a.data()) + size_t(rows.begin - mine.begin) * row_bytes_,
+          size_t(rows.count) * row_bytes_, cudaMemcpyDeviceToDevice, side));
+      cuda_comm::stream_write_value64(side, words_.word(q, chunk_signal(plan_, rank, c)), epoch,
+                                      "fused ag_gemm: a peer's arrival word");
+      if (c + 1 == chunks) phases_.mark(str("sent to rank ", q), side);
+    };
+    if (concurrent_) {
+      for (int64_t c = 0; c < chunks; ++c)
+        for (int i = 1; i < p; ++i) push(i, c);
+    } else {
+      for (int i = 1; i < p; ++i)
+        for (int64_t c = 0; c < chunks; ++c) push(i, c);
+    }
     for (size_t i = 0; i < sides_.size(); ++i) {
       sent_[i].record(sides_[i]);
       sent_[i].wait_on(stream);
