@@ -76,6 +76,10 @@ struct CostModel {
   double gemm_tflops = 790.0;
   double gemm_m_half = 160.0;
   double gemm_fused_slowdown = 0.03;
+  // One copy-engine transfer with its stream-written signal, beyond its bytes: fused
+  // AllGather+GEMM pays it per communication chunk (4 H200, `bench tp --phases`: 16 MiB to a
+  // peer in 8 chunks took 105 us, in one 53 us).
+  double copy_chunk_us = 7.0;
 
   const LinkCost& link(LinkClass link) const;
   LinkCost& link(LinkClass link);
@@ -105,7 +109,8 @@ struct CostModel {
   // emulated_two_sided_us, attn_tflops_d64,
   // attn_tflops_d128, attn_kv_half_rows, num_sms, q_tile_rows, launch_us, hbm_gbps,
   // two_sided_step_us, one_sided_step_us, two_sided_compute_slowdown,
-  // one_sided_compute_slowdown, barrier_hops, gemm_tflops, gemm_m_half, gemm_fused_slowdown.
+  // one_sided_compute_slowdown, barrier_hops, gemm_tflops, gemm_m_half, gemm_fused_slowdown,
+  // copy_chunk_us.
   // Throws kInvalidArgument naming an unknown key.
   void set(std::string_view key, double value);
   // Applies "key=value,key=value" (empty: nothing); throws naming the bad entry.

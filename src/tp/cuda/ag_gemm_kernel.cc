@@ -59,8 +59,7 @@ void check_ag_gemm_kernel_supports(const TpPlan& plan, const char* who) {
                 ": expected multiples of 8 (TMA rows)");
 }
 
-AgGemmKernel::AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_sms,
-                           bool sources_at_once)
+AgGemmKernel::AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_sms)
     : rank_(rank) {
   const TpRequest& r = plan.request;
   const int p = r.world_size;
@@ -98,9 +97,8 @@ AgGemmKernel::AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_
     tile_chunks[size_t(2 * t + 1)] = slot_of_row(last) + 1;
   }
 
-  // Clusters ordered by when the last chunk they need arrives (stable: row order among
-  // equals): the local rows first; then, from sources one after another, by the source's
-  // place in gather_order, then the chunk; from sources at once, by the chunk, then the place.
+  // Clusters ordered by when the last chunk they need arrives: its source's place in
+  // gather_order, then the chunk (stable: row order among equals).
   const std::vector<int> sources = gather_order(plan, rank);
   std::vector<int> place(static_cast<size_t>(p));
   for (size_t i = 0; i < sources.size(); ++i) place[size_t(sources[i])] = int(i);
@@ -118,11 +116,7 @@ AgGemmKernel::AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_
            ++slot) {
         const int s = chunk_source[size_t(slot)];
         const int64_t chunk = slot - chunk_signal(plan, s, 0);
-        const int64_t at = place[size_t(s)];
-        const int64_t arrival = at == 0            ? chunk
-                                : sources_at_once ? (int64_t(1) << 32) + chunk * p + at
-                                                  : at * (int64_t(1) << 32) + chunk;
-        key = std::max(key, arrival);
+        key = std::max(key, int64_t(place[size_t(s)]) * (int64_t(1) << 32) + chunk);
       }
     }
     keyed.push_back({key, c});

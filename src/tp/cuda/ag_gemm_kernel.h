@@ -2,8 +2,7 @@
 // path and TpLoopback): the GEMM configuration (the rule's cooperative data-parallel tile: a
 // split would split a tile's wait), the arrival tables on the GPU (the communication chunks
 // each row tile waits for, the rank that sends each chunk), the rank's cluster order (the
-// local rows first, then by when the last chunk a cluster needs arrives: in gather_order when
-// the sources send one after another, chunk by chunk when they send at once), and
+// local rows first, then by when the last chunk a cluster needs arrives in gather_order), and
 // the bands the kernel visits column by column (rows of one communication chunk: they arrive
 // together), and the kernel's workspace.
 #pragma once
@@ -29,9 +28,7 @@ void check_ag_gemm_kernel_supports(const TpPlan& plan, const char* who);
 class AgGemmKernel {
  public:
   // `config_sms`: the multiprocessors the rule picks the tile for; launches may use fewer.
-  // `sources_at_once`: every peer sends its chunks at the same time (else one peer after the
-  // other, in gather_order).
-  AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_sms, bool sources_at_once);
+  AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_sms);
 
   const gemm::GemmConfig& config() const { return config_; }
   std::string config_name() const { return gemm::gemm_config_name(config_); }

@@ -4,13 +4,12 @@
 //      words (a copy within one GPU may run as a kernel: on the side stream it could wait for
 //      a multiprocessor that the spinning GEMM holds);
 //   2. a heap barrier: no rank overwrites a gather buffer whose previous GEMM still reads it;
-//   3. the rows go to every peer, a chunk of comm_rows at a time by copy engine into the peer's
-//      `gathered`, then the chunk's signal word at the peer written by the stream
-//      (cuStreamWriteValue64, after the copy: no multiprocessor, so the signals never queue
-//      behind the GEMM that spins on them). TESSERA_TP_AG_PUSHES says how: `ring`, one side
-//      stream sending to rank+1, rank+2, ... (each rank receives from one source at a time,
-//      rank-1 first: the plan's gather_order); `concurrent`, a side stream per peer, all at
-//      once (each rank receives chunk c of every source together);
+//   3. on a side stream, the rows go to rank+1, rank+2, ... (so each rank receives from one
+//      source at a time, rank-1 first: the plan's gather_order), a chunk of comm_rows by copy
+//      engine into the peer's `gathered`, then the chunk's signal word at the peer written by
+//      the stream (cuStreamWriteValue64, after the copy: no multiprocessor, so the signals never
+//      queue behind the GEMM that spins on them). A side stream per peer, all sending at once,
+//      measured no faster (4 H200, docs/PERF.md);
 //   4. the GEMM on every multiprocessor, each row tile waiting for its chunks' words to reach
 //      this call's epoch (kernels/tp/), visiting the local rows first; launched before step 3
 //      is enqueued, so that the host's time enqueueing the pushes (a few us per chunk) is not
@@ -20,9 +19,7 @@
 // are zeroed once, when the operation is made.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstddef>
-#include <string>
 #include <optional>
 #include <vector>
 
@@ -38,12 +35,6 @@ namespace tessera::tp::detail {
 
 namespace {
 
-const Param<std::string> kAgPushes(
-    "TESSERA_TP_AG_PUSHES", "ring",
-    "how fused AllGather+GEMM sends its rows on cuda: ring (one peer after another) or "
-    "concurrent (a copy stream per peer)",
-    std::vector<std::string>{"ring", "concurrent"});
-
 class FusedAllGather final : public CudaTpRunner {
  public:
   FusedAllGather(RankContext& ctx, const TpPlan& plan, const SymmetricBuffer& gathered,
@@ -52,17 +43,13 @@ class FusedAllGather final : public CudaTpRunner {
         plan_(plan),
         gathered_(gathered),
         words_(ctx, signal_base, num_signal_slots(plan), "fused ag_gemm on cuda"),
-        concurrent_(kAgPushes.get() == "concurrent") {
+        side_(Stream::create_cuda(ctx.device.index)),
+        ready_(Event::create(side_)),
+        sent_(Event::create(side_)) {
     const TpRequest& r = plan.request;
-    const int sides = concurrent_ ? std::max(r.world_size - 1, 1) : 1;
-    for (int i = 0; i < sides; ++i) {
-      sides_.push_back(Stream::create_cuda(ctx.device.index));
-      sent_.push_back(Event::create(sides_.back()));
-    }
-    ready_ = Event::create(sides_.front());
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount,
                                               ctx.device.index));
-    kernel_.emplace(plan, ctx.rank, ctx.device, sms_, concurrent_);
+    kernel_.emplace(plan, ctx.rank, ctx.device, sms_);
     row_bytes_ = size_t(r.k) * dtype_size(r.dtype);
     for (int q = 0; q < r.world_size; ++q) peer_gathered_.push_back(words_.buffer(gathered_, q));
   }
@@ -93,31 +80,23 @@ class FusedAllGather final : public CudaTpRunner {
                     words_.word(rank, 0), epoch, wait_timeout_ms(), words_.heap().timeout_log(),
                     sms_, s);
     phases_.mark("gemm", s);
-    for (const Stream& side : sides_) ready_.wait_on(side);
-    const int64_t chunks = num_chunks(plan_, rank);
-    auto push = [&](int i, int64_t c) {  // chunk c to rank+i
+    ready_.wait_on(side_);
+    const auto side = static_cast<cudaStream_t>(side_.cuda_stream());
+    for (int i = 1; i < p; ++i) {
       const int q = (rank + i) % p;
-      const auto side = static_cast<cudaStream_t>(sides_[concurrent_ ? i - 1 : 0].cuda_stream());
-      const RowRange rows = chunk_rows(plan_, rank, c);
-      TESSERA_CUDA_CHECK(cudaMemcpyAsync(
-          peer_gathered_[size_t(q)] + size_t(rows.begin) * row_bytes_,
-          static_cast<const std::byte*>(a.data()) + size_t(rows.begin - mine.begin) * row_bytes_,
-          size_t(rows.count) * row_bytes_, cudaMemcpyDeviceToDevice, side));
-      cuda_comm::stream_write_value64(side, words_.word(q, chunk_signal(plan_, rank, c)), epoch,
-                                      "fused ag_gemm: a peer's arrival word");
-      if (c + 1 == chunks) phases_.mark(str("sent to rank ", q), side);
-    };
-    if (concurrent_) {
-      for (int64_t c = 0; c < chunks; ++c)
-        for (int i = 1; i < p; ++i) push(i, c);
-    } else {
-      for (int i = 1; i < p; ++i)
-        for (int64_t c = 0; c < chunks; ++c) push(i, c);
+      for (int64_t c = 0; c < num_chunks(plan_, rank); ++c) {
+        const RowRange rows = chunk_rows(plan_, rank, c);
+        TESSERA_CUDA_CHECK(cudaMemcpyAsync(
+            peer_gathered_[size_t(q)] + size_t(rows.begin) * row_bytes_,
+            static_cast<const std::byte*>(a.data()) + size_t(rows.begin - mine.begin) * row_bytes_,
+            size_t(rows.count) * row_bytes_, cudaMemcpyDeviceToDevice, side));
+        cuda_comm::stream_write_value64(side, words_.word(q, chunk_signal(plan_, rank, c)), epoch,
+                                        "fused ag_gemm: a peer's arrival word");
+      }
+      phases_.mark(str("sent to rank ", q), side);
     }
-    for (size_t i = 0; i < sides_.size(); ++i) {
-      sent_[i].record(sides_[i]);
-      sent_[i].wait_on(stream);
-    }
+    sent_.record(side_);
+    sent_.wait_on(stream);
   }
 
  private:
@@ -125,10 +104,8 @@ class FusedAllGather final : public CudaTpRunner {
   TpPlan plan_;
   SymmetricBuffer gathered_;
   PeerWords words_;
-  bool concurrent_ = false;  // a side stream per peer (else one for all)
-  std::vector<Stream> sides_;
-  Event ready_;              // the side streams start after the barrier
-  std::vector<Event> sent_;  // the caller's stream joins each side stream
+  Stream side_;
+  Event ready_, sent_;  // the side stream starts after the barrier; the caller's joins it
   int sms_ = 0;
   size_t row_bytes_ = 0;
   std::optional<AgGemmKernel> kernel_;

@@ -1,15 +1,17 @@
-// Fused GEMM+ReduceScatter across the GPUs of one machine (tp_backend.h). Each source stores
+// Fused GEMM+ReduceScatter across the GPUs of one machine (tp_backend.h). Each source sends
 // its partial of every owner's rows into the owner's `partials` block for that source (the
 // symmetric heap), raises the owner's word for the source, and each owner sums the blocks in
 // source order in float32 (kernels/tp/sum_partials.cu; bitwise the same every call).
-//   1. a heap barrier: no source overwrites a block whose owner still sums it;
-//   2. split (each owner's share >= kSplitRows rows): one GEMM per owner, in owner_order
-//      (rank+1, rank+2, ..., this rank last: ranks write to different owners at any moment),
-//      each storing its rows straight into the owner's block over NVLink, then the owner's
-//      word written by the stream; the stores of one GEMM overlap the next GEMM's compute.
-//      Otherwise one GEMM of all rows into a local buffer, then each owner's rows copied by
-//      copy engine, then its word: a small GEMM split P ways would read the weights P times;
-//   3. the owner waits for every source's word (bounded, naming the source) and sums.
+//   1. the GEMMs on the caller's stream, storing into local memory (a GEMM storing over NVLink
+//      ran 30 to 50% slower: 4 H200, `bench tp --phases`): split (each owner's share >=
+//      kSplitRows rows), one GEMM per owner in owner_order (rank+1, rank+2, ..., this rank last,
+//      into its own block), else one GEMM of all rows (split P ways a small GEMM would read the
+//      weights P times);
+//   2. on a side stream: a heap barrier (no source overwrites a block whose owner still sums
+//      it; off the GEMMs' path), then each owner's rows by copy engine as soon as its GEMM is
+//      done, then the owner's word written by the stream; the copies overlap the next GEMM;
+//   3. the owner waits for every source's word (bounded, naming the source), joins the side
+//      stream and sums.
 // A ReduceScatter epilogue hook inside the GEMM (Flux's per-tile stores) is not built.
 #include <cuda_runtime.h>
 
@@ -52,12 +54,18 @@ class FusedReduceScatter final : public CudaTpRunner {
       : ctx_(ctx),
         plan_(plan),
         partials_(partials),
-        words_(ctx, signal_base, num_signal_slots(plan), "fused gemm_rs on cuda") {
+        words_(ctx, signal_base, num_signal_slots(plan), "fused gemm_rs on cuda"),
+        side_(Stream::create_cuda(ctx.device.index)),
+        ready_(Event::create(side_)),
+        sent_(Event::create(side_)) {
     const TpRequest& r = plan.request;
     const int p = r.world_size;
     share_ = (r.m + p - 1) / p;
     out_elem_ = dtype_size(r.out_dtype);
-    for (int q = 0; q < p; ++q) peer_partials_.push_back(words_.buffer(partials_, q));
+    for (int q = 0; q < p; ++q) {
+      peer_partials_.push_back(words_.buffer(partials_, q));
+      computed_.push_back(Event::create(side_));
+    }
     int64_t smallest = r.m;
     for (int o = 0; o < p; ++o) smallest = std::min(smallest, row_range(r.m, p, o).count);
     split_ = smallest >= kSplitRows;
@@ -78,8 +86,8 @@ class FusedReduceScatter final : public CudaTpRunner {
       }
     } else {
       gemms_[r.m] = gemm_of(r.m);
-      product_ = Buffer::allocate(size_t(r.m * r.n) * out_elem_, ctx.device);
     }
+    product_ = Buffer::allocate(size_t(r.m * r.n) * out_elem_, ctx.device);
   }
 
   void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,
@@ -89,15 +97,34 @@ class FusedReduceScatter final : public CudaTpRunner {
     const int64_t k_rank = r.k / p;
     const uint64_t epoch = ++epoch_;
     const auto s = static_cast<cudaStream_t>(stream.cuda_stream());
+    const auto side = static_cast<cudaStream_t>(side_.cuda_stream());
     const size_t in_elem = dtype_size(r.dtype), row_out = size_t(r.n) * out_elem_;
     const size_t block_bytes = size_t(share_) * row_out;
     auto block_of = [&](int owner) {  // this rank's block in `owner`'s partials
       return peer_partials_[size_t(owner)] + size_t(rank) * block_bytes;
     };
+    auto product_rows = [&](const RowRange& rows) {
+      return static_cast<std::byte*>(product_.data()) + size_t(rows.begin) * row_out;
+    };
+    // `owner`'s rows, computed on the caller's stream, to the owner by the side stream.
+    auto send = [&](int owner, const RowRange& rows, Event& computed) {
+      computed.record(stream);
+      computed.wait_on(side_);
+      if (rows.count > 0) {
+        TESSERA_CUDA_CHECK(cudaMemcpyAsync(block_of(owner), product_rows(rows),
+                                           size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice,
+                                           side));
+      }
+      cuda_comm::stream_write_value64(side, words_.word(owner, count_signal(plan_, rank)), epoch,
+                                      "fused gemm_rs: an owner's word");
+      phases_.mark(str("sent to rank ", owner), side);
+    };
     cuda_comm::CudaSymmetricHeap& heap = words_.heap();
     phases_.start(s);
-    heap.barrier(stream);
-    phases_.mark("barrier", s);
+    ready_.record(stream);
+    ready_.wait_on(side_);
+    heap.barrier(side_);
+    phases_.mark("barrier", side);
     if (split_) {
       for (int owner : owner_order(plan_, rank)) {
         const RowRange rows = row_range(r.m, p, owner);
@@ -105,14 +132,13 @@ class FusedReduceScatter final : public CudaTpRunner {
           const TensorView a_rows(static_cast<std::byte*>(a.data()) +
                                       size_t(rows.begin * k_rank) * in_elem,
                                   r.dtype, ctx_.device, {rows.count, k_rank});
-          gemms_.at(rows.count)->run(a_rows, b, TensorView(),
-                                     TensorView(block_of(owner), r.out_dtype, ctx_.device,
-                                                {rows.count, r.n}),
-                                     stream);
+          void* dst = owner == rank ? static_cast<void*>(block_of(rank)) : product_rows(rows);
+          gemms_.at(rows.count)->run(
+              a_rows, b, TensorView(),
+              TensorView(dst, r.out_dtype, ctx_.device, {rows.count, r.n}), stream);
+          phases_.mark(str("gemm for rank ", owner), s);
         }
-        cuda_comm::stream_write_value64(s, words_.word(owner, count_signal(plan_, rank)), epoch,
-                                        "fused gemm_rs: an owner's word");
-        phases_.mark(str("gemm for rank ", owner), s);
+        if (owner != rank) send(owner, rows, computed_[size_t(owner)]);
       }
     } else {
       gemms_.at(r.m)->run(a, b, TensorView(),
@@ -121,15 +147,14 @@ class FusedReduceScatter final : public CudaTpRunner {
       phases_.mark("gemm", s);
       for (int owner : owner_order(plan_, rank)) {
         const RowRange rows = row_range(r.m, p, owner);
-        if (rows.count > 0) {
-          TESSERA_CUDA_CHECK(cudaMemcpyAsync(
-              block_of(owner), static_cast<const std::byte*>(product_.data()) + rows.begin * row_out,
-              size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice, s));
+        if (owner != rank) {
+          send(owner, rows, computed_[size_t(owner)]);
+        } else if (rows.count > 0) {
+          TESSERA_CUDA_CHECK(cudaMemcpyAsync(block_of(rank), product_rows(rows),
+                                             size_t(rows.count) * row_out,
+                                             cudaMemcpyDeviceToDevice, s));
         }
-        cuda_comm::stream_write_value64(s, words_.word(owner, count_signal(plan_, rank)), epoch,
-                                        "fused gemm_rs: an owner's word");
       }
-      phases_.mark("copied to owners", s);
     }
     for (int source = 0; source < p; ++source) {
       if (source != rank)
@@ -137,6 +162,8 @@ class FusedReduceScatter final : public CudaTpRunner {
                          stream);
     }
     phases_.mark("partials arrived", s);
+    sent_.record(side_);  // the next call's GEMMs overwrite what the side stream copies
+    sent_.wait_on(stream);
     kernels::SumPartialsParams sum;
     sum.element = element(r.out_dtype);
     sum.partials = peer_partials_[size_t(rank)];
@@ -156,12 +183,15 @@ class FusedReduceScatter final : public CudaTpRunner {
   TpPlan plan_;
   SymmetricBuffer partials_;
   PeerWords words_;
+  Stream side_;  // the barrier and the copies to the owners
+  Event ready_, sent_;  // the side stream starts after the caller's work; the caller's joins it
+  std::vector<Event> computed_;  // per owner: its rows are computed
   int64_t share_ = 0;
   size_t out_elem_ = 2;
   bool split_ = false;
   std::vector<std::byte*> peer_partials_;
   std::map<int64_t, std::unique_ptr<gemm::Gemm>> gemms_;  // by row count
-  Buffer product_;  // one GEMM of all rows (not split)
+  Buffer product_;  // the GEMMs' rows for the other owners, [M, N]
   uint64_t epoch_ = 0;
 };
 

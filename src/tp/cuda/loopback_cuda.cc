@@ -54,7 +54,7 @@ TpLoopback::TpLoopback(const TpPlan& plan, Device gpu) : impl_(std::make_unique<
   TESSERA_CUDA_CHECK(cudaMemcpy(im.arrived.data(), ones.data(), words * sizeof(uint64_t),
                                 cudaMemcpyHostToDevice));
   for (int rank = 0; rank < im.p; ++rank) {
-    im.kernels.emplace_back(plan, rank, gpu, im.rank_sms, /*sources_at_once=*/false);
+    im.kernels.emplace_back(plan, rank, gpu, im.rank_sms);
     im.compute.push_back(Stream::create_cuda(gpu.index));
     im.comm.push_back(Stream::create_cuda(gpu.index));
     im.gathered.push_back(Buffer::allocate(size_t(im.m * im.k) * im.in_elem, gpu));
