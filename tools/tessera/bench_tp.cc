@@ -101,7 +101,7 @@ class TpBench {
              out.view(), ctx_.stream);
     };
     const Stream& st = ctx_.stream;
-    for (int i = 0; i < int(opt_.integer("warmup")); ++i) once();
+    warm_up(once);
     const int iters = int(opt_.integer("iters"));
     std::vector<double> us;
     try {
@@ -126,6 +126,26 @@ class TpBench {
     m.wrong = int64_t(sum_across_ranks(ctx_, double(m.wrong)));
     m.checked = int64_t(sum_across_ranks(ctx_, double(m.checked)));
     return m;
+  }
+
+  // --warmup iterations, then on cuda as many more as fill 50 ms, the same count on every rank
+  // (the operations are collective): after the seconds the host spends filling a case's inputs
+  // the GPU has clocked down, and a small case's first timed iterations ran up to 2x slower
+  // (4 H200: the first of two runs of one unfused pair at M 128, 116 against 62 us).
+  template <typename Run>
+  void warm_up(Run&& once) {
+    for (int i = 0; i < int(opt_.integer("warmup")); ++i) once();
+    if (ctx_.backend != Backend::kCuda) return;
+    const Stream& st = ctx_.stream;
+    Event start = Event::create(st, true), end = Event::create(st, true);
+    start.record(st);
+    once();
+    end.record(st);
+    st.synchronize();
+    const double us = std::max(1.0, 1000.0 * end.elapsed_ms_since(start));
+    const int more = int(max_across_ranks(ctx_, std::min(2000.0, std::ceil(50000.0 / us))));
+    for (int i = 0; i < more; ++i) once();
+    st.synchronize();
   }
 
   // One more run with its phases timed (after the timed ones: the events stay out of their
@@ -182,7 +202,7 @@ class TpBench {
                TensorView(b.data(), r.dtype, ctx_.device, {shape.n, shape.k}), TensorView(),
                out.view(), st);
     };
-    for (int i = 0; i < int(opt_.integer("warmup")); ++i) once();
+    warm_up(once);
     std::vector<double> us;
     for (int i = 0; i < int(opt_.integer("iters")); ++i) {
       Event start = Event::create(st, true), end = Event::create(st, true);
@@ -275,7 +295,7 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
        {"impls", "fused,unfused",
         "comma list of fused, unfused and auto (the planner's choice: a matching row of the "
         "tuning table, else the cost model)"},
-       {"warmup", "2", "untimed iterations per case"},
+       {"warmup", "2", "untimed iterations per case (on cuda then more, to fill 50 ms)"},
        {"iters", "10", "timed iterations per case (median reported)"},
        {"check", "64", "sampled output elements verified per rank"},
        {"comm-rows", "-1",
