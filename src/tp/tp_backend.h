@@ -38,8 +38,8 @@ std::unique_ptr<CudaTpRunner> make_cuda_fused_all_gather(RankContext& ctx, const
                                                          const SymmetricBuffer& gathered,
                                                          int signal_base);
 // Fused GEMM+ReduceScatter across the GPUs of one machine (fused_reduce_scatter_cuda.cc):
-// partials stored into their owners' `partials` blocks, a stream-written signal per source,
-// the owner's ordered float32 sum.
+// partials computed locally and copied by copy engine into their owners' `partials` blocks, a
+// stream-written signal per source, the owner's ordered float32 sum.
 std::unique_ptr<CudaTpRunner> make_cuda_fused_reduce_scatter(RankContext& ctx, const TpPlan& plan,
                                                              const SymmetricBuffer& partials,
                                                              int signal_base);

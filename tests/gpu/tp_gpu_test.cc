@@ -6,9 +6,11 @@
 // three calls in a row giving bitwise the same output; the fused ops not built on cuda refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -72,6 +74,31 @@ std::vector<std::byte> run_on_gpu(tp::TpOperation& op, const TpProblem& problem,
   EXPECT_EQ(cudaMemcpy(host.data(), out, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
   for (void* p : {a, b, bias, out}) cudaFree(p);
   return host;
+}
+
+// One more call with its phases timed (bench tp --phases): each of `names` reported once, at
+// a finite time >= 0, the first `ordered` of them in stream order (each no later than the next:
+// they end on one stream, or on streams the next one's joined).
+void expect_phases(tp::TpOperation& op, const TpProblem& problem, RankContext& ctx,
+                   const std::vector<std::string>& names, size_t ordered) {
+  op.time_phases(true);
+  (void)run_on_gpu(op, problem, ctx);
+  const std::vector<tp::TpPhase> phases = op.phases();
+  op.time_phases(false);
+  std::vector<double> at;
+  for (const std::string& name : names) {
+    const auto n = std::count_if(phases.begin(), phases.end(),
+                                 [&](const tp::TpPhase& phase) { return phase.name == name; });
+    EXPECT_EQ(n, 1) << "rank " << ctx.rank << ": phase '" << name << "'";
+    const auto it = std::find_if(phases.begin(), phases.end(),
+                                 [&](const tp::TpPhase& phase) { return phase.name == name; });
+    at.push_back(it == phases.end() ? -1.0 : it->us);
+    EXPECT_TRUE(std::isfinite(at.back()) && at.back() >= 0) << name << ": " << at.back();
+  }
+  for (size_t i = 1; i < ordered && i < at.size(); ++i)
+    EXPECT_LE(at[i - 1], at[i]) << "rank " << ctx.rank << ": '" << names[i - 1] << "' after '"
+                                << names[i] << "'";
+  EXPECT_TRUE(op.phases().empty()) << "phases reported with the clock off";
 }
 
 // Counts (and reports up to `budget`) the elements of `got` outside the reference bound.
@@ -168,6 +195,10 @@ TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
       EXPECT_TRUE(run_on_gpu(operation, problem, *ctx) == first)
           << "rank " << ctx->rank << ": call " << call << " differs from call 0";
     }
+    // The caller's stream: local rows, barrier, GEMM; the pushes on the side stream.
+    std::vector<std::string> names = {"local rows", "barrier", "gemm"};
+    for (int q = 1; q < p; ++q) names.push_back(str("sent to rank ", (ctx->rank + q) % p));
+    expect_phases(operation, problem, *ctx, names, 3);
   }
   ctx->heap->check_errors();
   auto expect_unsupported = [&](tp::TpPlan plan, const char* what) {
@@ -193,9 +224,9 @@ TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
   std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
 }
 
-// One GEMM then copies (small shares) and one GEMM per owner storing over NVLink (shares of
-// 512 rows and more); both weight layouts, bias, M not a multiple of the ranks, f32 out; three
-// calls bitwise alike (the owner's ordered sum).
+// One GEMM then copies (small shares) and one GEMM per owner (shares of 512 rows and more),
+// each owner's rows sent by copy engine; both weight layouts, bias, M not a multiple of the
+// ranks, f32 out; three calls bitwise alike (the owner's ordered sum); the phases reported.
 TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
   if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
   ContextOptions options;
@@ -236,6 +267,12 @@ TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
       EXPECT_TRUE(run_on_gpu(operation, problem, *ctx) == first)
           << "rank " << ctx->rank << ": call " << call << " differs from call 0";
     }
+    // The side stream: the barrier, then each owner's rows; the caller's stream joins it
+    // before the sum.
+    std::vector<std::string> names = {"barrier"};
+    for (int q = 1; q < p; ++q) names.push_back(str("sent to rank ", (ctx->rank + q) % p));
+    names.push_back("sum");
+    expect_phases(operation, problem, *ctx, names, names.size());
   }
   ctx->heap->check_errors();
   ctx->bootstrap->barrier();

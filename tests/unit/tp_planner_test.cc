@@ -74,6 +74,32 @@ TEST(TpPlanner, ForcedChoicesAreKeptAndSaid) {
   EXPECT_EQ(plan.comm_rows, 256);
 }
 
+// Each copy chunk has a fixed cost (copy_chunk_us): where the GEMM hides the communication
+// either way, the planner keeps chunks large (4 H200: 128-row chunks of Llama-3-70B's QKV at
+// M 4096 ran 25% slower than 512-row ones), and a larger chunk cost moves it to fewer chunks.
+TEST(TpPlanner, CopyChunksCostTheirFixedTime) {
+  const Topology topo = nvlink_topology(1, 4);
+  sp::CostModel cost = sp::CostModel::for_topology(topo);
+  TpRequest qkv = llama70b(TpOp::kAllGatherGemm, 4096, 4);
+  qkv.n = 10240;  // 64 query + 2 x 8 key/value heads of 128
+  TpPlanOptions fused;
+  fused.fuse = TpPlanOptions::Fuse::kFused;
+  const TpPlan plan = plan_tp(qkv, topo, cost, fused);
+  SCOPED_TRACE(describe(plan));
+  EXPECT_GE(plan.comm_rows, 512);
+  // The same plan with small chunks is estimated slower by about their count times the cost.
+  TpPlan small = plan;
+  small.comm_rows = 128;
+  const double slower = estimate(small, topo, cost).fused_us - estimate(plan, topo, cost).fused_us;
+  EXPECT_GT(slower, 0.0);
+  cost.set("copy_chunk_us", 70.0);
+  const TpPlan costly = plan_tp(qkv, topo, cost, fused);
+  EXPECT_GE(costly.comm_rows, plan.comm_rows);
+  EXPECT_EQ(costly.comm_rows, 1024) << "a whole shard: one chunk per peer";
+  cost.copy_chunk_us = -1;
+  EXPECT_THROW(cost.validate(), Error);
+}
+
 TEST(TpPlanner, CommunicationTilesFitTheSignalSlots) {
   const Topology topo = nvlink_topology(1, 8);
   TpPlanOptions options;

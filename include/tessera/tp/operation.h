@@ -13,11 +13,12 @@
 // the other. Every wait is bounded by the heap's timeout and names the rank waited for.
 //
 // Backends: cpu (rank threads, a float32 tile GEMM: the protocol CI checks, fused and unfused);
-// cuda runs unfused plans (cuBLASLt and NCCL) and fused AllGather+GEMM across the GPUs of one
+// cuda runs unfused plans (cuBLASLt and NCCL), fused AllGather+GEMM across the GPUs of one
 // machine (copy-engine pushes into the peers' gather buffers, a stream-written signal per
-// communication chunk, Hopper GEMM kernel waiting per row tile: src/tp/cuda/); fused
-// ReduceScatter/AllToAll (their epilogue hook is not built), several machines and [K, N]
-// weights are refused there with kUnsupported. Destroying an operation releases its symmetric
+// communication chunk, Hopper GEMM kernel waiting per row tile: src/tp/cuda/) and fused
+// GEMM+ReduceScatter there (a GEMM per owner, its rows sent by copy engine as it finishes);
+// fused AllToAll, fused plans across machines and AllGather with [K, N] weights are refused
+// there with kUnsupported. Destroying an operation releases its symmetric
 // buffers (collective like the construction).
 #pragma once
 
