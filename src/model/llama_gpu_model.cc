@@ -372,6 +372,10 @@ void LlamaGpuModel::Impl::run_step(const Step& step, const sched::Strategy* stra
 
 void LlamaGpuModel::Impl::execute(const Step& step, size_t inputs,
                                   const sched::Strategy* strategy) {
+  // Before any capture: flux's fused GEMM+ReduceScatter pairs exist only in the cpu model.
+  TESSERA_CHECK(strategy == nullptr || strategy->name() != "flux", ErrorCode::kUnsupported,
+                "LlamaGpuModel::forward: strategy flux is not built on cuda yet (the GPU model's "
+                "row-parallel GEMMs and all-reduces run unfused); expected another strategy");
   const auto start = std::chrono::steady_clock::now();
   struct Timed {  // the host time of this call, however it returns
     std::chrono::steady_clock::time_point start;

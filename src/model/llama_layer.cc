@@ -8,6 +8,7 @@
 #include "tessera/attn/reference.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
+#include "tessera/tp/operation.h"
 
 namespace tessera::model {
 namespace {
@@ -110,6 +111,10 @@ AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int count, int
                     "no fused form of ", count, " steps from layer ", layer, " ",
                     llama_op_name(first), ": expected an all-reduce and the RMSNorm after it");
   return {norm_layer, after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm};
+}
+
+bool is_row_parallel_pair(LlamaOp first, int count) {
+  return count == 2 && (first == LlamaOp::kOProj || first == LlamaOp::kDown);
 }
 
 void LlamaLayerBuffers::resize(const LlamaShapes& s, int64_t tokens) {
@@ -273,6 +278,46 @@ void LlamaLayer::run_all_reduce_norm(LlamaOp norm, const PackedBatch& batch, Seq
       std::copy_n(all.begin() + (q * 3 + k) * share * c, count(q) * c,
                   to.begin() + (r0 + q * share) * c);
     }
+  }
+}
+
+void LlamaLayer::run_row_parallel_fused(LlamaOp gemm, const PackedBatch& batch,
+                                        SequenceRange range, std::vector<float>& x,
+                                        LlamaLayerBuffers& buf, tp::TpOperation& rs,
+                                        Communicator& comm, const Stream& stream) const {
+  TESSERA_CHECK_ARG(gemm == LlamaOp::kOProj || gemm == LlamaOp::kDown,
+                    "LlamaLayer::run_row_parallel_fused: gemm = ", llama_op_name(gemm),
+                    ": expected o_proj or down");
+  if (range.begin == range.end) return;
+  const PackedSequence& first_seq = batch.sequences[range.begin];
+  const PackedSequence& last_seq = batch.sequences[range.end - 1];
+  const int64_t r0 = first_seq.first_row;
+  const int64_t t = last_seq.first_row + last_seq.num_tokens - r0;
+  if (t == 0) return;
+  const bool attention = gemm == LlamaOp::kOProj;
+  const int64_t c = shapes_.hidden, k = attention ? shapes_.q_width() : shapes_.intermediate;
+  const int p = comm.size();
+  const tp::TpRequest& r = rs.plan().request;
+  TESSERA_CHECK_ARG(r.op == tp::TpOp::kGemmReduceScatter && r.m == t && r.n == c &&
+                        r.k == k * p && r.dtype == DType::kF32 && r.out_dtype == DType::kF32,
+                    "LlamaLayer::run_row_parallel_fused: rs = ", tp::describe(r),
+                    ": expected gemm_rs M", t, " N", c, " K", k * p, " f32");
+  const Device cpu = Device::cpu();
+  const std::vector<float>& in = attention ? buf.attn : buf.gate;
+  const std::vector<float>& w = attention ? w_.o : w_.down;
+  // Each rank's reduced rows, padded to the largest share for the all-gather.
+  const int64_t share = (t + p - 1) / p;
+  const tp::RowRange mine = tp::row_range(t, p, comm.rank());
+  std::vector<float> reduced(size_t(share * c), 0.0f), all(size_t(p * share * c));
+  rs.run(TensorView(const_cast<float*>(in.data()) + r0 * k, DType::kF32, cpu, {t, k}),
+         TensorView(const_cast<float*>(w.data()), DType::kF32, cpu, {c, k}), TensorView(),
+         TensorView(reduced.data(), DType::kF32, cpu, {mine.count, c}), stream);
+  comm.all_gather(TensorView(reduced.data(), DType::kF32, cpu, {share * c}),
+                  TensorView(all.data(), DType::kF32, cpu, {p * share * c}), stream);
+  comm.synchronize(stream);
+  for (int q = 0; q < p; ++q) {
+    const tp::RowRange rows = tp::row_range(t, p, q);
+    std::copy_n(all.begin() + q * share * c, rows.count * c, x.begin() + (r0 + rows.begin) * c);
   }
 }
 

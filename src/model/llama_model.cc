@@ -118,6 +118,33 @@ std::vector<float> LlamaModel::run_extended(const PackedBatch& batch,
   return logits;
 }
 
+LlamaModel::LlamaModel(const DecoderConfig& config, LlamaWeights weights,
+                       const KvCacheSize& cache_size, RankContext& ctx)
+    : LlamaModel(config, std::move(weights), cache_size, ctx.size > 1 ? ctx.world.get() : nullptr) {
+  ctx_ = &ctx;
+}
+
+tp::TpOperation& LlamaModel::row_parallel_op(LlamaOp gemm, int64_t rows) {
+  TESSERA_CHECK(ctx_ != nullptr && ctx_->heap != nullptr && comm_ != nullptr,
+                ErrorCode::kUnsupported, "LlamaModel: ", llama_op_name(gemm),
+                " and its all-reduce as a fused GEMM+ReduceScatter (strategy flux): expected a "
+                "model made with a RankContext of several ranks that has a symmetric heap");
+  std::unique_ptr<tp::TpOperation>& op = row_parallel_ops_[{gemm, rows}];
+  if (!op) {
+    tp::TpRequest r;
+    r.op = tp::TpOp::kGemmReduceScatter;
+    r.m = rows;
+    r.n = shapes_.hidden;
+    r.k = (gemm == LlamaOp::kOProj ? shapes_.q_width() : shapes_.intermediate) * comm_->size();
+    r.dtype = r.out_dtype = DType::kF32;
+    r.weight_layout = tp::WeightLayout::kNK;
+    tp::TpPlanOptions fused;
+    fused.fuse = tp::TpPlanOptions::Fuse::kFused;
+    op = std::make_unique<tp::TpOperation>(*ctx_, tp::plan_for_context(*ctx_, r, fused));
+  }
+  return *op;
+}
+
 std::vector<float> last_token_logits(std::span<const float> logits,
                                      std::span<const SequenceTokens> inputs, int64_t vocab) {
   std::vector<float> last;
@@ -153,8 +180,15 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
           layers_[size_t(step.layer)].run_op(step.op, batch, range(nano), x, residual, buffers,
                                              cache_, comm_, stream_);
         },
-        // The one fused group a layer has: an all-reduce and the RMSNorm that reads it.
+        // The fused groups: a row-parallel GEMM and its all-reduce (flux), an all-reduce and
+        // the RMSNorm that reads it (tokenweave).
         [&](const sched::NanoBatch& nano, sched::Step first, int count) {
+          if (is_row_parallel_pair(first.op, count)) {
+            layers_[size_t(first.layer)].run_row_parallel_fused(
+                first.op, batch, range(nano), x, buffers, row_parallel_op(first.op, nano.rows),
+                *comm_, stream_);
+            return;
+          }
           const AllReduceNorm g =
               all_reduce_norm_group(first.layer, first.op, count, int64_t(layers_.size()));
           layers_[size_t(g.layer)].run_all_reduce_norm(g.norm, batch, range(nano), x, residual,

@@ -45,9 +45,10 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name) {
     return std::make_unique<NanoFlowStrategy>(percent, shared_gemms);
   if (name == "dual_batch") return std::make_unique<DualBatchStrategy>();
   if (name == "tokenweave") return std::make_unique<TokenWeaveStrategy>();
+  if (name == "flux") return std::make_unique<FluxStrategy>();
   throw_error(ErrorCode::kInvalidArgument,
               str("strategy = '", name,
-                  "': expected sequential, nanoflow[:P[:W]], dual_batch or tokenweave"));
+                  "': expected sequential, nanoflow[:P[:W]], dual_batch, tokenweave or flux"));
 }
 
 bool known_strategy(const std::string& name) {

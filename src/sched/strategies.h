@@ -49,4 +49,11 @@ class TokenWeaveStrategy final : public Strategy {
   void schedule(ScheduleContext& ctx) const override;
 };
 
+class FluxStrategy final : public Strategy {
+ public:
+  std::string name() const override { return "flux"; }
+  std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
+  void schedule(ScheduleContext& ctx) const override;
+};
+
 }  // namespace tessera::sched

@@ -1,7 +1,7 @@
 // The operator scheduler on the tiny Llama model over 1, 2 and 4 tensor-parallel rank threads:
 // every strategy's logits equal the plain forward's bitwise (a mixed prefill of four
 // sequences, then a batched decode step), TokenWeave's fused reduce-scatter + norm + all-gather
-// included; nano-batches are row ranges of the batch, balanced by tokens, each sequence in one;
+// and Flux's fused GEMM+ReduceScatter + all-gather included; nano-batches are row ranges of the batch, balanced by tokens, each sequence in one;
 // running an operation before its input, or fusing a group the model has no fused form of, is
 // an error naming it.
 #include <gtest/gtest.h>
@@ -27,15 +27,17 @@ constexpr uint64_t kSeed = 11;
 TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
   const model::DecoderConfig config = tiny_llama_config();
   for (int ranks : {1, 2, 4}) {
-    run_cpu_ranks(ranks, 1, test_options(/*create_heap=*/false), [&](RankContext& ctx) {
+    // The heap: flux's fused GEMM+ReduceScatter operations.
+    run_cpu_ranks(ranks, 1, test_options(/*create_heap=*/true), [&](RankContext& ctx) {
       auto make = [&] {
         return LlamaModel(config, model::random_llama_weights(config, kSeed, ctx.rank, ctx.size),
-                          {4, 64}, ctx.size > 1 ? ctx.world.get() : nullptr);
+                          {4, 64}, ctx);
       };
       LlamaModel plain = make();
       const std::vector<std::vector<float>> want = prefill_then_decode(plain, nullptr);
       std::vector<std::string> names = sched::strategy_names();
       names.push_back("nanoflow:40");  // another share of the multiprocessors: the same order
+      names.push_back("flux");         // cpu only so far: not among strategy_names()
       for (const std::string& name : names) {
         LlamaModel m = make();
         const auto strategy = sched::make_strategy(name);
@@ -94,8 +96,8 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   while (ctx.ready(0)) ctx.run_next(0);
   EXPECT_TRUE(ctx.finished());
   EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
-  expect_error([] { sched::make_strategy("flux"); }, ErrorCode::kInvalidArgument,
-               {"strategy = 'flux'", "sequential, nanoflow[:P[:W]], dual_batch or tokenweave"});
+  expect_error([] { sched::make_strategy("fluxx"); }, ErrorCode::kInvalidArgument,
+               {"strategy = 'fluxx'", "sequential, nanoflow[:P[:W]], dual_batch, tokenweave or flux"});
   for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x", "nanoflow:60:0",
                           "nanoflow:60:65", "nanoflow:60:", "nanoflow:60:1:2", "nanoflow:60;1"})
     expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
@@ -143,6 +145,36 @@ TEST(Scheduler, TheModelRefusesAFusedGroupItHasNoFormOf) {
   std::vector<SequenceTokens> in = {{m.add_sequence(), test_tokens(5, 1)}};
   expect_error([&] { m.forward(in, FusesTheWrongGroup()); }, ErrorCode::kInvalidArgument,
                {"no fused form of 2 steps from layer 0 qkv"});
+}
+
+// Flux runs each row-parallel pair (o_proj + its all-reduce, down + its all-reduce) as one fused
+// group across ranks, nothing fused on one rank; a model without a heap refuses the group.
+TEST(Scheduler, FluxFusesEachRowParallelPair) {
+  for (int group : {1, 2}) {
+    std::vector<model::LlamaOp> fused_first;
+    sched::ScheduleContext ctx(
+        2, {{0, 1, 0, 40}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
+        [&](const sched::NanoBatch&, sched::Step first, int count) {
+          EXPECT_EQ(count, 2);
+          fused_first.push_back(first.op);
+        },
+        group);
+    sched::make_strategy("flux")->schedule(ctx);
+    EXPECT_TRUE(ctx.finished());
+    const std::vector<model::LlamaOp> want =
+        group == 1 ? std::vector<model::LlamaOp>{}
+                   : std::vector<model::LlamaOp>{model::LlamaOp::kOProj, model::LlamaOp::kDown,
+                                                 model::LlamaOp::kOProj, model::LlamaOp::kDown};
+    EXPECT_EQ(fused_first, want) << "group of " << group;
+  }
+  const model::DecoderConfig config = tiny_llama_config();
+  run_cpu_ranks(2, 1, test_options(/*create_heap=*/false), [&](RankContext& ctx) {
+    LlamaModel m(config, model::random_llama_weights(config, kSeed, ctx.rank, ctx.size), {4, 64},
+                 ctx);
+    std::vector<SequenceTokens> in = {{m.add_sequence(), test_tokens(5, 1)}};
+    expect_error([&] { m.forward(in, *sched::make_strategy("flux")); }, ErrorCode::kUnsupported,
+                 {"o_proj", "strategy flux", "symmetric heap"});
+  });
 }
 
 // The orders the strategies choose on two nano-batches of two layers.

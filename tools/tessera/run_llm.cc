@@ -113,8 +113,7 @@ LlmRun run_cpu_rank(const LlmArgs& a, RankContext& ctx) {
   const model::LlamaTensorSource source = weight_source(a, store);
   const int64_t prompt = a.prompt_len();
   model::LlamaModel m(a.config, model::load_llama_weights(a.config, source, ctx.rank, ctx.size),
-                      {a.page, a.batch() * a.pages_per_seq()},
-                      ctx.size > 1 ? ctx.world.get() : nullptr);
+                      {a.page, a.batch() * a.pages_per_seq()}, ctx);
   const auto strategy = scheduled(a, ctx);
   std::vector<model::SequenceTokens> inputs;
   for (const auto& p : a.prompts) inputs.push_back({m.add_sequence(), p});
@@ -248,8 +247,9 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   RankLaunch launch;
   launch.backend = opt.text("backend");
   launch.nranks = tp;
-  launch.context.create_heap = false;
   const bool on_cuda = launch.backend == "cuda" || (launch.backend == "auto" && cuda_available());
+  // The cpu model's flux strategy runs its fused operations on the symmetric heap.
+  launch.context.create_heap = !on_cuda && a.strategy == "flux";
   const std::string model_name = opt.text("config") + (layers > 0 ? str("-", layers, "l") : "");
   const int code = run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
     const LlmRun run = on_cuda ? run_cuda_rank(a, ctx) : run_cpu_rank(a, ctx);

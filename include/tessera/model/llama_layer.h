@@ -25,6 +25,10 @@
 #include "tessera/model/paged_kv_cache.h"
 #include "tessera/runtime/stream.h"
 
+namespace tessera::tp {
+class TpOperation;
+}
+
 namespace tessera::model {
 
 // The layer's forward as logical operations, in order, each over a range of the batch's
@@ -58,6 +62,9 @@ struct AllReduceNorm {
   LlamaOp norm = LlamaOp::kAttnNorm;
 };
 AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int count, int64_t layers);
+// The row-parallel pairs Flux fuses: a GEMM whose partial sums the all-reduce after it adds up
+// (kOProj then kOAllReduce, kDown then kMlpAllReduce), `count` steps from `first`.
+bool is_row_parallel_pair(LlamaOp first, int count);
 const char* op_kind_name(OpKind kind);  // "compute", "memory", "network"
 
 // The intermediate activations of one layer call, [T, width] each: nano-batches are row
@@ -100,6 +107,14 @@ class LlamaLayer {
                            std::vector<float>& x, std::vector<float>& residual,
                            LlamaLayerBuffers& buffers, Communicator* comm,
                            const Stream& stream) const;
+  // Flux's form of a row-parallel pair on the rows of `range`: `gemm` (kOProj or kDown) and the
+  // all-reduce after it as `rs`, a fused GEMM+ReduceScatter made for those rows ([t, K] x
+  // [hidden, K/P]^T, f32, [N, K] weights), then an all-gather of each rank's reduced rows into
+  // x: the same bits as the pair (the owner sums the partials in rank order, as the all-reduce).
+  void run_row_parallel_fused(LlamaOp gemm, const PackedBatch& batch, SequenceRange range,
+                              std::vector<float>& x, LlamaLayerBuffers& buffers,
+                              tp::TpOperation& rs, Communicator& comm,
+                              const Stream& stream) const;
   // forward()'s argument checks (run_op's callers make them once per call).
   void check_call(const PackedBatch& batch, const std::vector<float>& x,
                   const std::vector<float>& residual, Communicator* comm) const;

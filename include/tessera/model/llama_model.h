@@ -9,14 +9,19 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "tessera/comm/communicator.h"
+#include "tessera/comm/context.h"
 #include "tessera/model/llama_layer.h"
 #include "tessera/model/llama_weights.h"
 #include "tessera/model/paged_kv_cache.h"
 #include "tessera/runtime/stream.h"
+#include "tessera/tp/operation.h"
 
 namespace tessera::sched {
 class Strategy;
@@ -45,6 +50,12 @@ class LlamaModel {
   // and P). comm: the tensor-parallel group of P ranks, or null for P = 1.
   LlamaModel(const DecoderConfig& config, LlamaWeights weights, const KvCacheSize& cache_size,
              Communicator* comm);
+  // The same on the ranks of `ctx` (its world the group, unused for P = 1). With a symmetric
+  // heap in `ctx`, the "flux" strategy runs each row-parallel GEMM and its all-reduce as a fused
+  // GEMM+ReduceScatter on it (tessera/tp/operation.h), made on first use per row count
+  // (collectively: every rank runs the same steps).
+  LlamaModel(const DecoderConfig& config, LlamaWeights weights, const KvCacheSize& cache_size,
+             RankContext& ctx);
 
   const LlamaShapes& shapes() const { return shapes_; }
   PagedKvCache& cache() { return cache_; }
@@ -67,6 +78,9 @@ class LlamaModel {
 
  private:
   PackedBatch pack(std::span<const SequenceTokens> inputs) const;
+  // Flux's fused GEMM+ReduceScatter for `gemm` (o_proj or down) over `rows` rows. Throws
+  // kUnsupported without a context of several ranks with a symmetric heap.
+  tp::TpOperation& row_parallel_op(LlamaOp gemm, int64_t rows);
   // forward()'s body around the layers: `layers(batch, x, residual)` runs them.
   template <typename RunLayers>
   std::vector<float> forward_with(std::span<const SequenceTokens> inputs, RunLayers&& layers);
@@ -82,6 +96,8 @@ class LlamaModel {
   std::vector<LlamaLayer> layers_;
   PagedKvCache cache_;
   Communicator* comm_ = nullptr;
+  RankContext* ctx_ = nullptr;
+  std::map<std::pair<LlamaOp, int64_t>, std::unique_ptr<tp::TpOperation>> row_parallel_ops_;
   Stream stream_ = Stream::cpu();
 };
 

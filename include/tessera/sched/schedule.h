@@ -117,7 +117,10 @@ class Strategy {
 // (two nano-batches, each run up to and including its next collective, then the other: one's
 // communication beside the other's compute, as vLLM's and SGLang's dual-batch overlap),
 // "tokenweave" (dual-batch's order, and each all-reduce fused with the RMSNorm after it:
-// reduce-scatter, the norm on this rank's rows, all-gather, as TokenWeave does).
+// reduce-scatter, the norm on this rank's rows, all-gather, as TokenWeave does), "flux"
+// (sequential's order, each row-parallel GEMM and its all-reduce run as a fused
+// GEMM+ReduceScatter and an all-gather: the cpu model made with a RankContext that has a
+// symmetric heap; not yet on cuda, and not in strategy_names(), which the GPU benches run).
 // Throws kInvalidArgument naming the known ones otherwise.
 std::unique_ptr<Strategy> make_strategy(const std::string& name);
 // True where make_strategy(name) makes one.
