@@ -13,6 +13,17 @@
 namespace tessera::model {
 namespace {
 
+// The rows [first, first + count) of `range`'s sequences (contiguous in a packed batch).
+struct Rows {
+  int64_t first = 0, count = 0;
+};
+Rows rows_of(const PackedBatch& batch, SequenceRange range) {
+  if (range.begin == range.end) return {};
+  const PackedSequence& first = batch.sequences[range.begin];
+  const PackedSequence& last = batch.sequences[range.end - 1];
+  return {first.first_row, last.first_row + last.num_tokens - first.first_row};
+}
+
 TensorView vector_view(const std::vector<float>& data) {
   return TensorView(const_cast<float*>(data.data()), DType::kF32, Device::cpu(),
                     {int64_t(data.size())});
@@ -160,10 +171,7 @@ void LlamaLayer::run_op(LlamaOp op, const PackedBatch& batch, SequenceRange rang
   TESSERA_CHECK_ARG(range.begin <= range.end && range.end <= batch.sequences.size(),
                     "LlamaLayer::run_op: sequences [", range.begin, ", ", range.end,
                     ") of a batch of ", batch.sequences.size());
-  if (range.begin == range.end) return;
-  const PackedSequence& first = batch.sequences[range.begin];
-  const PackedSequence& last = batch.sequences[range.end - 1];
-  const int64_t r0 = first.first_row, t = last.first_row + last.num_tokens - r0;
+  const auto [r0, t] = rows_of(batch, range);
   if (t == 0) return;
   const int64_t c = shapes_.hidden, d = shapes_.head_dim;
   const int64_t qw = shapes_.q_width(), kvw = shapes_.kv_width(), f = shapes_.intermediate;
@@ -229,11 +237,7 @@ void LlamaLayer::run_all_reduce_norm(LlamaOp norm, const PackedBatch& batch, Seq
   TESSERA_CHECK_ARG(norm == LlamaOp::kAttnNorm || norm == LlamaOp::kMlpNorm,
                     "LlamaLayer::run_all_reduce_norm: norm = ", llama_op_name(norm),
                     ": expected attn_norm or mlp_norm");
-  if (range.begin == range.end) return;
-  const PackedSequence& first_seq = batch.sequences[range.begin];
-  const PackedSequence& last_seq = batch.sequences[range.end - 1];
-  const int64_t r0 = first_seq.first_row;
-  const int64_t t = last_seq.first_row + last_seq.num_tokens - r0;
+  const auto [r0, t] = rows_of(batch, range);
   if (t == 0) return;
   const int64_t c = shapes_.hidden;
   const Device cpu = Device::cpu();
@@ -288,11 +292,7 @@ void LlamaLayer::run_row_parallel_fused(LlamaOp gemm, const PackedBatch& batch,
   TESSERA_CHECK_ARG(gemm == LlamaOp::kOProj || gemm == LlamaOp::kDown,
                     "LlamaLayer::run_row_parallel_fused: gemm = ", llama_op_name(gemm),
                     ": expected o_proj or down");
-  if (range.begin == range.end) return;
-  const PackedSequence& first_seq = batch.sequences[range.begin];
-  const PackedSequence& last_seq = batch.sequences[range.end - 1];
-  const int64_t r0 = first_seq.first_row;
-  const int64_t t = last_seq.first_row + last_seq.num_tokens - r0;
+  const auto [r0, t] = rows_of(batch, range);
   if (t == 0) return;
   const bool attention = gemm == LlamaOp::kOProj;
   const int64_t c = shapes_.hidden, k = attention ? shapes_.q_width() : shapes_.intermediate;
