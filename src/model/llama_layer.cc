@@ -171,7 +171,8 @@ void LlamaLayer::run_op(LlamaOp op, const PackedBatch& batch, SequenceRange rang
   TESSERA_CHECK_ARG(range.begin <= range.end && range.end <= batch.sequences.size(),
                     "LlamaLayer::run_op: sequences [", range.begin, ", ", range.end,
                     ") of a batch of ", batch.sequences.size());
-  const auto [r0, t] = rows_of(batch, range);
+  const Rows span = rows_of(batch, range);
+  const int64_t r0 = span.first, t = span.count;  // plain names: lambdas capture them
   if (t == 0) return;
   const int64_t c = shapes_.hidden, d = shapes_.head_dim;
   const int64_t qw = shapes_.q_width(), kvw = shapes_.kv_width(), f = shapes_.intermediate;
@@ -237,7 +238,8 @@ void LlamaLayer::run_all_reduce_norm(LlamaOp norm, const PackedBatch& batch, Seq
   TESSERA_CHECK_ARG(norm == LlamaOp::kAttnNorm || norm == LlamaOp::kMlpNorm,
                     "LlamaLayer::run_all_reduce_norm: norm = ", llama_op_name(norm),
                     ": expected attn_norm or mlp_norm");
-  const auto [r0, t] = rows_of(batch, range);
+  const Rows span = rows_of(batch, range);
+  const int64_t r0 = span.first, t = span.count;  // plain names: lambdas capture them
   if (t == 0) return;
   const int64_t c = shapes_.hidden;
   const Device cpu = Device::cpu();
@@ -292,7 +294,8 @@ void LlamaLayer::run_row_parallel_fused(LlamaOp gemm, const PackedBatch& batch,
   TESSERA_CHECK_ARG(gemm == LlamaOp::kOProj || gemm == LlamaOp::kDown,
                     "LlamaLayer::run_row_parallel_fused: gemm = ", llama_op_name(gemm),
                     ": expected o_proj or down");
-  const auto [r0, t] = rows_of(batch, range);
+  const Rows span = rows_of(batch, range);
+  const int64_t r0 = span.first, t = span.count;  // plain names: lambdas capture them
   if (t == 0) return;
   const bool attention = gemm == LlamaOp::kOProj;
   const int64_t c = shapes_.hidden, k = attention ? shapes_.q_width() : shapes_.intermediate;
