@@ -295,7 +295,7 @@ void LlamaLayer::run_row_parallel_fused(LlamaOp gemm, const PackedBatch& batch,
                     "LlamaLayer::run_row_parallel_fused: gemm = ", llama_op_name(gemm),
                     ": expected o_proj or down");
   const Rows span = rows_of(batch, range);
-  const int64_t r0 = span.first, t = span.count;  // plain names: lambdas capture them
+  const int64_t r0 = span.first, t = span.count;
   if (t == 0) return;
   const bool attention = gemm == LlamaOp::kOProj;
   const int64_t c = shapes_.hidden, k = attention ? shapes_.q_width() : shapes_.intermediate;

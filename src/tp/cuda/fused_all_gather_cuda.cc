@@ -93,7 +93,7 @@ class FusedAllGather final : public CudaTpRunner {
         cuda_comm::stream_write_value64(side, words_.word(q, chunk_signal(plan_, rank, c)), epoch,
                                         "fused ag_gemm: a peer's arrival word");
       }
-      phases_.mark(str("sent to rank ", q), side);
+      phases_.mark("sent to", side, q);
     }
     sent_.record(side_);
     sent_.wait_on(stream);

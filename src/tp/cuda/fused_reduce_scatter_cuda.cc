@@ -117,7 +117,7 @@ class FusedReduceScatter final : public CudaTpRunner {
       }
       cuda_comm::stream_write_value64(side, words_.word(owner, count_signal(plan_, rank)), epoch,
                                       "fused gemm_rs: an owner's word");
-      phases_.mark(str("sent to rank ", owner), side);
+      phases_.mark("sent to", side, owner);
     };
     cuda_comm::CudaSymmetricHeap& heap = words_.heap();
     phases_.start(s);
@@ -136,7 +136,7 @@ class FusedReduceScatter final : public CudaTpRunner {
           gemms_.at(rows.count)->run(
               a_rows, b, TensorView(),
               TensorView(dst, r.out_dtype, ctx_.device, {rows.count, r.n}), stream);
-          phases_.mark(str("gemm for rank ", owner), s);
+          phases_.mark("gemm for", s, owner);
         }
         if (owner != rank) send(owner, rows, computed_[size_t(owner)]);
       }

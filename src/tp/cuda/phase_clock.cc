@@ -1,7 +1,6 @@
 #include "tp/cuda/phase_clock.h"
 
-#include <utility>
-
+#include "tessera/core/error.h"
 #include "tessera/runtime/cuda_check.h"
 
 namespace tessera::tp::detail {
@@ -26,10 +25,10 @@ void PhaseClock::start(cudaStream_t stream) {
   used_ = 1;
 }
 
-void PhaseClock::mark(std::string name, cudaStream_t stream) {
+void PhaseClock::mark(const char* name, cudaStream_t stream, int rank) {
   if (!on_ || used_ == 0) return;
   TESSERA_CUDA_CHECK(cudaEventRecord(event(used_), stream));
-  names_.push_back(std::move(name));
+  names_.push_back(rank >= 0 ? str(name, " rank ", rank) : std::string(name));
   ++used_;
 }
 

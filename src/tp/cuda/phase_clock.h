@@ -22,8 +22,9 @@ class PhaseClock {
   void enable(bool on) { on_ = on; }
   // Begins a run on `stream`: the previous run's marks are forgotten.
   void start(cudaStream_t stream);
-  // `name` ended on `stream` (after what was enqueued on it so far).
-  void mark(std::string name, cudaStream_t stream);
+  // `name` (with " rank <rank>" when rank >= 0) ended on `stream` (after what was enqueued on it
+  // so far). The name is only formed while the clock is on.
+  void mark(const char* name, cudaStream_t stream, int rank = -1);
   // The last run's marks in the order made, in us since start(); waits for their events.
   std::vector<TpPhase> read() const;
 
