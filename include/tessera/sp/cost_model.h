@@ -78,7 +78,7 @@ struct CostModel {
   double gemm_fused_slowdown = 0.03;
   // One copy-engine transfer with its stream-written signal, beyond its bytes: fused
   // AllGather+GEMM pays it per communication chunk (4 H200, `bench tp --phases`: 16 MiB to a
-  // peer in 8 chunks took 105 us, in one 53 us).
+  // peer in 8 chunks took 95-137 us, in one 51-53 us).
   double copy_chunk_us = 7.0;
 
   const LinkCost& link(LinkClass link) const;
