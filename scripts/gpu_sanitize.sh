@@ -9,31 +9,38 @@
 # suite cannot hide the others' results. SANITIZE_SUITES (space-separated gtest filters) and
 # SANITIZE_TOOLS pick what runs; SANITIZE_JOBS pairs run at once (default 1): the tools spend
 # most of their time on the host, so several share one GPU well and a full run fits one device
-# call. Racecheck skips cuBLASLt's kernels (names nvjet*, SANITIZE_RACECHECK_EXCLUDE): closed
-# NVIDIA kernels Tessera calls as its baseline and fallback, whose shared-memory hazards are not
-# Tessera's to mend (docs/RELIABILITY.md, "GPU: compute-sanitizer").
+# call. Racecheck reports hazards inside cuBLASLt's kernels (names nvjet_*): closed NVIDIA kernels
+# Tessera calls as its baseline and fallback, not Tessera's to mend (docs/RELIABILITY.md, "GPU:
+# compute-sanitizer"); a suite whose tests pass and whose every hazard is inside them counts as
+# clean, and its line says how many there were. (Excluding those kernels from the tool instead,
+# --kernel-name-exclude, made the sanitizer fail on a hardware exception in them.)
 set -uo pipefail
 bin=$1 out=$2
 suites=${SANITIZE_SUITES:-"AttnGpu.* ClusterCollectivesGpu.* DecodeGpu.* GemmGpu.* ModelOpsGpu.* LlamaGpu.* TpLoopbackGpu.* FluxGpu.*"}
 tools=${SANITIZE_TOOLS:-"racecheck memcheck synccheck"}
 jobs=${SANITIZE_JOBS:-1}
 bound=${SANITIZE_TIMEOUT_S:-900}
-racecheck_exclude=${SANITIZE_RACECHECK_EXCLUDE-kns=nvjet}
+# The tools slow every kernel and host call many times over: the multi-process suites' waits
+# (NCCL's set-up included) get a bound to match.
+export TESSERA_TIMEOUT_MS=${SANITIZE_TESSERA_TIMEOUT_MS:-300000}
 parts=$out/sanitize.parts
 rm -rf "$parts" && mkdir -p "$parts"
 
 # One pair: its log in parts/<tool>.<suite>.log, its summary line in parts/<tool>.<suite>.txt.
 sanitize_one() {
-  local tool=$1 suite=$2 name="$1.${2%.\*}" start rc summary tests
-  local exclude=()
-  [ "$tool" = racecheck ] && [ -n "$racecheck_exclude" ] &&
-    exclude=(--kernel-name-exclude "$racecheck_exclude")
+  local tool=$1 suite=$2 name="$1.${2%.\*}" start rc summary tests races ours
   start=$(date +%s)
-  timeout "$bound" compute-sanitizer --tool "$tool" "${exclude[@]}" --error-exitcode 99 \
-    --print-limit 20 "$bin" --gtest_filter="$suite" >"$parts/$name.log" 2>&1
+  timeout "$bound" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 1000 \
+    "$bin" --gtest_filter="$suite" >"$parts/$name.log" 2>&1
   rc=$?
   summary=$(grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$parts/$name.log" | tail -1)
   tests=$(grep -E "^\[  (PASSED|FAILED)" "$parts/$name.log" | tr '\n' ' ')
+  if [ "$tool" = racecheck ] && [ $rc -eq 99 ] && [[ "$tests" == *PASSED* && "$tests" != *FAILED* ]]; then
+    races=$(grep -c "Race reported" "$parts/$name.log")
+    ours=$(grep "Race reported" "$parts/$name.log" | grep -vc " at nvjet_")
+    [ "$races" -gt 0 ] && [ "$ours" -eq 0 ] && [[ "$summary" != *"not printed"* ]] &&
+      { rc=0; summary="$summary: all $races inside cuBLASLt's nvjet_* kernels, none in Tessera's"; }
+  fi
   [ $rc -eq 124 ] && summary="killed at the $bound s bound"
   echo "$tool $suite: exit $rc in $(($(date +%s) - start)) s; ${summary:-no summary}; $tests" \
     >"$parts/$name.txt"

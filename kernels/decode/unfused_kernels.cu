@@ -314,6 +314,12 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
   }
 }
 
+// The merge's shared weights, padded by one group of eight: the split loop below, unrolled by
+// eight, reads them 16 bytes at a time, and its machine code reads the next group before the
+// loop's exit test (memcheck reported 16-byte reads at index `splits`, while the PTX stays in
+// bounds). The padding is zero and never weighs anything.
+__host__ __device__ constexpr int merge_weight_slots(int splits) { return (splits + 7) / 8 * 8 + 8; }
+
 // o[b, h] = sum over splits of o_s * 2^(lse_s - lse), lse = log2 sum 2^lse_s; in split order.
 // The splits' lse values arrive in shared memory in parallel and one thread turns them into
 // weights (its loop reads shared memory, not global: at 33 splits the serial global reads cost
@@ -321,12 +327,12 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
 // order with eight loads in flight.
 template <typename T>
 __global__ void __launch_bounds__(128) merge_splits_kernel(UnfusedDecodeParams p) {
-  extern __shared__ float weight_s[];  // [splits]: lse, then 2^(lse - max)
+  extern __shared__ float weight_s[];  // [merge_weight_slots(splits)]: lse, then 2^(lse - max)
   __shared__ float denom_s;
   const int64_t bh = blockIdx.x;
   const int splits = p.splits, D = p.head_dim;
-  for (int s = threadIdx.x; s < splits; s += blockDim.x)
-    weight_s[s] = p.partial_lse[bh * splits + s];
+  for (int s = threadIdx.x; s < merge_weight_slots(splits); s += blockDim.x)
+    weight_s[s] = s < splits ? p.partial_lse[bh * splits + s] : 0.f;
   __syncthreads();
   if (threadIdx.x == 0) {
     float mx = kNegInf;
@@ -384,7 +390,8 @@ void launch_attention_typed(const UnfusedDecodeParams& p, cudaStream_t s) {
       break;
   }
   TESSERA_CUDA_CHECK_LAUNCH();
-  merge_splits_kernel<T><<<p.batch * p.num_heads, 128, size_t(p.splits) * sizeof(float), s>>>(p);
+  merge_splits_kernel<T><<<p.batch * p.num_heads, 128, size_t(merge_weight_slots(p.splits)) * sizeof(float),
+                          s>>>(p);
   TESSERA_CUDA_CHECK_LAUNCH();
 }
 
