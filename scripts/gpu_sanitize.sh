@@ -23,6 +23,9 @@ bound=${SANITIZE_TIMEOUT_S:-900}
 # The tools slow every kernel and host call many times over: the multi-process suites' waits
 # (NCCL's set-up included) get a bound to match.
 export TESSERA_TIMEOUT_MS=${SANITIZE_TESSERA_TIMEOUT_MS:-300000}
+# Graph-replay tests replay 3 times, not 100: the tools check every replay's kernels alike (the
+# test stage keeps the 100-replay determinism check).
+export TESSERA_TEST_REPLAYS=${SANITIZE_TEST_REPLAYS:-3}
 parts=$out/sanitize.parts
 rm -rf "$parts" && mkdir -p "$parts"
 
