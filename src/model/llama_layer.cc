@@ -128,6 +128,14 @@ bool is_row_parallel_pair(LlamaOp first, int count) {
   return count == 2 && (first == LlamaOp::kOProj || first == LlamaOp::kDown);
 }
 
+const char* fused_group_name(FusedGroup group) {
+  switch (group) {
+    case FusedGroup::kAllReduceNorm: return "all-reduce+RMSNorm";
+    case FusedGroup::kRowParallelPair: return "row-parallel GEMM+all-reduce";
+  }
+  return "?";
+}
+
 void LlamaLayerBuffers::resize(const LlamaShapes& s, int64_t tokens) {
   h.resize(size_t(tokens * s.hidden));
   q.resize(size_t(tokens * s.q_width()));

@@ -47,6 +47,9 @@ class TokenWeaveStrategy final : public Strategy {
   std::string name() const override { return "tokenweave"; }
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
   void schedule(ScheduleContext& ctx) const override;
+  std::vector<model::FusedGroup> fused_groups() const override {
+    return {model::FusedGroup::kAllReduceNorm};
+  }
 };
 
 class FluxStrategy final : public Strategy {
@@ -54,6 +57,9 @@ class FluxStrategy final : public Strategy {
   std::string name() const override { return "flux"; }
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
   void schedule(ScheduleContext& ctx) const override;
+  std::vector<model::FusedGroup> fused_groups() const override {
+    return {model::FusedGroup::kRowParallelPair};
+  }
 };
 
 }  // namespace tessera::sched

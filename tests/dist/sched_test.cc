@@ -6,6 +6,8 @@
 // an error naming it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <string>
 #include <tuple>
 #include <vector>
@@ -175,6 +177,46 @@ TEST(Scheduler, FluxFusesEachRowParallelPair) {
     expect_error([&] { m.forward(in, *sched::make_strategy("flux")); }, ErrorCode::kUnsupported,
                  {"o_proj", "strategy flux", "symmetric heap"});
   });
+}
+
+// Every fused group a strategy runs is of a kind it declares (what models check before they run
+// anything), on one and two nano-batches, alone and across ranks.
+TEST(Scheduler, StrategiesDeclareTheFusedGroupsTheyRun) {
+  std::vector<std::string> names = sched::strategy_names();
+  names.push_back("flux");
+  const int64_t layers = 3;
+  for (const std::string& name : names) {
+    const std::unique_ptr<sched::Strategy> strategy = sched::make_strategy(name);
+    const std::vector<model::FusedGroup> declared = strategy->fused_groups();
+    std::vector<model::FusedGroup> ran;
+    for (int group : {1, 2}) {
+      for (const std::vector<sched::NanoBatch>& nanos :
+           {std::vector<sched::NanoBatch>{{0, 1, 0, 40}},
+            std::vector<sched::NanoBatch>{{0, 1, 0, 40}, {1, 1, 40, 40}}}) {
+        sched::ScheduleContext ctx(
+            layers, nanos, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
+            [&](const sched::NanoBatch&, sched::Step first, int count) {
+              if (model::is_row_parallel_pair(first.op, count)) {
+                ran.push_back(model::FusedGroup::kRowParallelPair);
+              } else {
+                (void)model::all_reduce_norm_group(first.layer, first.op, count, layers);
+                ran.push_back(model::FusedGroup::kAllReduceNorm);
+              }
+            },
+            group);
+        strategy->schedule(ctx);
+        EXPECT_TRUE(ctx.finished()) << name;
+      }
+    }
+    for (model::FusedGroup g : ran) {
+      EXPECT_NE(std::find(declared.begin(), declared.end(), g), declared.end())
+          << name << " ran a " << model::fused_group_name(g) << " group it does not declare";
+    }
+    for (model::FusedGroup g : declared) {
+      EXPECT_NE(std::find(ran.begin(), ran.end(), g), ran.end())
+          << name << " declares " << model::fused_group_name(g) << " and never ran one";
+    }
+  }
 }
 
 // The orders the strategies choose on two nano-batches of two layers.

@@ -65,6 +65,14 @@ AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int count, int
 // The row-parallel pairs Flux fuses: a GEMM whose partial sums the all-reduce after it adds up
 // (kOProj then kOAllReduce, kDown then kMlpAllReduce), `count` steps from `first`.
 bool is_row_parallel_pair(LlamaOp first, int count);
+// The kinds of fused group a layer's chain has: strategies declare those they run
+// (sched::Strategy::fused_groups) and a model refuses, before it runs anything, a strategy that
+// needs one it does not build.
+enum class FusedGroup : uint8_t {
+  kAllReduceNorm,    // all_reduce_norm_group
+  kRowParallelPair,  // is_row_parallel_pair
+};
+const char* fused_group_name(FusedGroup group);  // "all-reduce+RMSNorm", "row-parallel GEMM+all-reduce"
 const char* op_kind_name(OpKind kind);  // "compute", "memory", "network"
 
 // The intermediate activations of one layer call, [T, width] each: nano-batches are row

@@ -105,6 +105,9 @@ class Strategy {
   virtual std::vector<NanoBatch> split(const model::PackedBatch& batch) const = 0;
   // Runs every step of `ctx` (until ctx.finished()).
   virtual void schedule(ScheduleContext& ctx) const = 0;
+  // The kinds of fused group schedule() may run through ctx.run_fused (none by default): a
+  // model checks them before it runs anything.
+  virtual std::vector<model::FusedGroup> fused_groups() const { return {}; }
 };
 
 // "sequential" (one nano-batch, in order, every operation on the compute stream: the
