@@ -72,16 +72,22 @@ def step_inputs(seq, text, device="cuda"):
                 return_dict=False)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__,
+def step_arguments(doc, seq_default):
+    """The options every Flux step peer takes (this one's and torch_flux_usp_step.py's)."""
+    ap = argparse.ArgumentParser(description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seq", default="4096,16384", help="comma list of image token counts")
+    ap.add_argument("--seq", default=seq_default, help="comma list of image token counts")
     ap.add_argument("--text", type=int, default=512)
     ap.add_argument("--blocks", default="19,38", help="double,single blocks")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--compile", action="store_true")
     ap.add_argument("--json", default="")
+    return ap
+
+
+def main():
+    ap = step_arguments(__doc__, "4096,16384")
+    ap.add_argument("--compile", action="store_true")
     args = ap.parse_args()
     double, single = (int(x) for x in args.blocks.split(","))
     model = flux_model(double, single)

@@ -40,7 +40,7 @@ from diffusers.models.embeddings import apply_rotary_emb
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_usp  # noqa: E402  (the USP attention layer)
-from torch_flux_step import flux_model, step_inputs, write_json  # noqa: E402
+from torch_flux_step import flux_model, step_arguments, step_inputs, write_json  # noqa: E402
 
 
 class UspFluxAttnProcessor:
@@ -75,19 +75,12 @@ class UspFluxAttnProcessor:
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seq", default="16384", help="comma list of image token counts")
-    ap.add_argument("--text", type=int, default=512)
-    ap.add_argument("--blocks", default="19,38", help="double,single blocks")
+    ap = step_arguments(__doc__, "16384")
     ap.add_argument("--ulysses-degree", type=int, default=0, help="default: every rank")
-    ap.add_argument("--iters", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--check", type=int, default=-1,
                     help="1: compare with the unparallel model on rank 0 (default: with --blocks "
                          "of at most 2 in all)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--json", default="")
     args = ap.parse_args()
     cuda = args.device == "cuda"
     dist.init_process_group("nccl" if cuda else "gloo")
