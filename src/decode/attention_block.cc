@@ -1,6 +1,6 @@
 // decode::AttentionBlock: validates the plan and each step, picks the cluster size, and runs
 // the fused dataflow on the cuda backend or its float32 emulation on the cpu backend. MLA
-// plans (kLatent) run the float64 latent reference on the cpu backend.
+// plans (kLatent) run on the cpu backend only: the emulated split or the float64 reference.
 #include "tessera/decode/attention_block.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "decode/latent_reference.h"
 #include "decode/reference.h"
 #include "decode/split_emulation.h"
+#include "decode/split_geometry.h"
 #include "tessera/core/error.h"
 #include "tessera/decode/tune_table.h"
 
@@ -34,6 +35,15 @@ bool divides_hidden(int64_t hidden, int n, bool cuda) {
 // (KV heads x N <= SMs, and every cluster resident at once on this device).
 int default_cluster_size(const AttentionBlockOptions& o) {
   const bool cuda = o.device.is_cuda();
+  const ModelConfig& m = o.model;
+  if (m.kind == AttentionKind::kLatent) {  // cpu only: the emulation's split, a cluster a head
+    int best = 1;
+    for (int n = 1; n <= kMaxClusterSize; n *= 2)
+      if (latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim, m.rope_head_dim, n) &&
+          m.num_heads * n <= 132)
+        best = n;
+    return best;
+  }
   int sms = 132;
 #ifdef TESSERA_WITH_CUDA
   if (cuda) sms = detail::cuda_multiprocessor_count();
@@ -176,7 +186,8 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
   const bool latent = m.kind == AttentionKind::kLatent;
   TESSERA_CHECK(!latent || !cuda, ErrorCode::kUnsupported, "model = ", m.name,
                 ": multi-head latent attention (MLA) has no cuda decode path: the fused MLA decode "
-                "kernel does not exist yet (the cpu backend runs its float64 reference)");
+                "kernel does not exist yet (the cpu backend runs its float32 emulation and its "
+                "float64 reference)");
   check_model(m);
   TESSERA_CHECK_ARG(options.max_batch >= 1, "max_batch = ", options.max_batch,
                     ": expected at least 1");
@@ -206,21 +217,24 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
       return;
     }
 #endif
-  } else if (latent) {
-    TESSERA_CHECK(options.impl != DecodeImpl::kFused, ErrorCode::kUnsupported,
-                  "impl = fused: model = ", m.name,
-                  ": MLA has no fused split (nor its cpu emulation) yet; auto or unfused run the "
-                  "float64 reference");
-    impl_ = DecodeImpl::kUnfused;
   } else {
     impl_ = options.impl == DecodeImpl::kUnfused ? DecodeImpl::kUnfused : DecodeImpl::kFused;
   }
   if (options.cluster_size != 0) {
     TESSERA_CHECK_ARG(options.cluster_size >= 1 && options.cluster_size <= kMaxClusterSize,
                       "cluster_size = ", options.cluster_size, ": expected 0 (auto) or 1 to 16");
-    TESSERA_CHECK_ARG(divides_hidden(m.hidden, options.cluster_size, cuda), "cluster_size = ",
-                      options.cluster_size, ": expected a divisor of hidden = ", m.hidden,
-                      cuda ? " leaving a multiple of 128, at most 4096, per CTA" : "");
+    if (latent) {
+      TESSERA_CHECK_ARG(latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim,
+                                               m.rope_head_dim, options.cluster_size),
+                        "cluster_size = ", options.cluster_size, ": expected a divisor of hidden = ",
+                        m.hidden, ", kv_lora_rank = ", m.kv_lora_rank,
+                        ", nope_head_dim + rope_head_dim = ", m.nope_head_dim + m.rope_head_dim,
+                        " and kv_lora_rank + rope_head_dim = ", m.kv_lora_rank + m.rope_head_dim);
+    } else {
+      TESSERA_CHECK_ARG(divides_hidden(m.hidden, options.cluster_size, cuda), "cluster_size = ",
+                        options.cluster_size, ": expected a divisor of hidden = ", m.hidden,
+                        cuda ? " leaving a multiple of 128, at most 4096, per CTA" : "");
+    }
     cluster_size_ = options.cluster_size;
   } else {
     cluster_size_ = default_cluster_size(options);
@@ -334,7 +348,10 @@ void AttentionBlock::run(const DecodeStep& step, const LatentAttentionWeights& w
   // The plan is on the cpu (the constructor refuses kLatent on cuda): no workspace is needed.
   (void)workspace;
   check_host_positions(options_, step, batch);
-  reference_latent_attention_block(m, step, w, cache, options_.page_size);
+  if (impl_ == DecodeImpl::kUnfused)
+    reference_latent_attention_block(m, step, w, cache, options_.page_size);
+  else
+    split_latent_attention_block(m, step, w, cache, options_.page_size, cluster_size_);
 }
 
 }  // namespace tessera::decode

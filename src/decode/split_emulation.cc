@@ -11,35 +11,13 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "decode/cpu_cache.h"
+#include "decode/softmax_partial.h"
 #include "decode/split_geometry.h"
 
 namespace tessera::decode {
-namespace {
-
-constexpr float kNoKey = -std::numeric_limits<float>::infinity();
-
-// exp(m - m_max), zero for a partial that saw no key.
-float rescale(float m, float m_max) { return m == kNoKey ? 0.f : std::exp(m - m_max); }
-
-struct SoftmaxPartial {
-  float m = kNoKey, l = 0.f;
-  std::vector<float> o;
-  // Folds one key's score s and value row v.
-  void add(float s, const float* v, int64_t d) {
-    const float m_new = std::max(m, s);
-    const float corr = rescale(m, m_new), p = std::exp(s - m_new);
-    l = l * corr + p;
-    for (int64_t i = 0; i < d; ++i) o[size_t(i)] = o[size_t(i)] * corr + p * v[i];
-    m = m_new;
-  }
-};
-
-}  // namespace
-
 void split_attention_block(const ModelConfig& m, const DecodeStep& step,
                            const AttentionWeights& w, const KvCache& cache, int64_t page_size,
                            int n) {
@@ -122,10 +100,9 @@ void split_attention_block(const ModelConfig& m, const DecodeStep& step,
       // Attention: one partial per rank and query head, merged in rank order.
       for (int64_t h = 0; h < group; ++h) {
         const float* q = qkv.data() + (h * batch + b) * d;
-        std::vector<SoftmaxPartial> parts(static_cast<size_t>(n));
+        std::vector<cpu::SoftmaxPartial> parts(static_cast<size_t>(n), cpu::SoftmaxPartial(d));
         for (int r = 0; r < n; ++r) {
-          SoftmaxPartial& part = parts[size_t(r)];
-          part.o.assign(size_t(d), 0.f);
+          cpu::SoftmaxPartial& part = parts[size_t(r)];
           const Range slice = seq_slice(pos, n, r);
           for (int64_t t = slice.begin; t < slice.end; ++t) {
             const int64_t kt = cpu::cache_offset(cache, page_size, b, t, g);
@@ -143,17 +120,9 @@ void split_attention_block(const ModelConfig& m, const DecodeStep& step,
             part.add(s, v_new, d);
           }
         }
-        float m_max = kNoKey;
-        for (const SoftmaxPartial& part : parts) m_max = std::max(m_max, part.m);
-        float l = 0;
-        std::vector<float> acc(static_cast<size_t>(d), 0.f);
-        for (const SoftmaxPartial& part : parts) {
-          const float f = rescale(part.m, m_max);
-          l += part.l * f;
-          for (int64_t i = 0; i < d; ++i) acc[size_t(i)] += part.o[size_t(i)] * f;
-        }
+        const std::vector<float> merged = cpu::merge_partials(parts, d);
         for (int64_t i = 0; i < d; ++i)
-          o[size_t((b * m.num_heads + g * group + h) * d + i)] = round_to_dtype(dtype, l > 0 ? acc[size_t(i)] / l : 0.f);
+          o[size_t((b * m.num_heads + g * group + h) * d + i)] = round_to_dtype(dtype, merged[size_t(i)]);
       }
     }
   }

@@ -13,4 +13,10 @@ void split_attention_block(const ModelConfig& model, const DecodeStep& step,
                            const AttentionWeights& weights, const KvCache& cache,
                            int64_t page_size, int cluster_size);
 
+// The same for an MLA block (split_geometry.h's latent dataflow, latent_split_emulation.cc).
+// cluster_size must pass latent_cluster_divides.
+void split_latent_attention_block(const ModelConfig& model, const DecodeStep& step,
+                                  const LatentAttentionWeights& weights, const KvCache& cache,
+                                  int64_t page_size, int cluster_size);
+
 }  // namespace tessera::decode

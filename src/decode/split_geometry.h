@@ -30,10 +30,14 @@ struct Range {
   TESSERA_HOST_DEVICE int64_t size() const { return end - begin; }
 };
 
-// hidden % n == 0 (the plan checks).
-TESSERA_HOST_DEVICE inline Range hidden_slice(int64_t hidden, int n, int r) {
-  const int64_t per = hidden / n;
+// Slice r of n equal slices of [0, width); width % n == 0 (the plan checks).
+TESSERA_HOST_DEVICE inline Range even_slice(int64_t width, int n, int r) {
+  const int64_t per = width / n;
   return {r * per, (r + 1) * per};
+}
+
+TESSERA_HOST_DEVICE inline Range hidden_slice(int64_t hidden, int n, int r) {
+  return even_slice(hidden, n, r);
 }
 
 // The cached tokens [0, cached) split into n slices of a multiple of kSeqSliceAlign tokens;
@@ -48,5 +52,25 @@ TESSERA_HOST_DEVICE inline Range seq_slice(int64_t cached, int n, int r) {
 
 // The CTA that folds the new token into its attention partial.
 TESSERA_HOST_DEVICE inline int new_token_rank(int n) { return n - 1; }
+
+// MLA (AttentionKind::kLatent), the ClusterFusion appendix's dataflow: one cluster of N CTAs per
+// query head. Every CTA reads the whole input row; CTA r
+//   projections:  computes rows even_slice(Dn + Dr, N, r) of its head's query and
+//                 even_slice(R + Dr, N, r) of the latent row [c, kr] (each over all of hidden);
+//                 ClusterGather gives every CTA both whole
+//   latent norm:  sums the squares of c over even_slice(R, N, r); ClusterReduce adds the sums
+//   absorption:   computes entries even_slice(R, N, r) of ql = W_UK_h^T qn; ClusterGather
+//   attention:    as above (seq_slice, new_token_rank), partials merged by ClusterReduce
+//   value up:     W_UV_h's columns even_slice(R, N, r) times the attention output's entries;
+//                 ClusterReduce adds the partials
+//   output:       rows hidden_slice(hidden, N, r) of Wo's columns of the head: a per-head
+//                 partial, added over the heads in head order
+// so every width it cuts must divide by N.
+TESSERA_HOST_DEVICE inline bool latent_cluster_divides(int64_t hidden, int64_t kv_lora_rank,
+                                                       int64_t nope_head_dim,
+                                                       int64_t rope_head_dim, int n) {
+  return n >= 1 && hidden % n == 0 && kv_lora_rank % n == 0 &&
+         (nope_head_dim + rope_head_dim) % n == 0 && (kv_lora_rank + rope_head_dim) % n == 0;
+}
 
 }  // namespace tessera::decode

@@ -1,10 +1,12 @@
-// The MLA decode attention block on the cpu backend (latent_reference.h, what AttentionBlock
-// runs for kLatent): the absorbed form against MLA computed the other way round in this file,
+// The MLA decode attention block on the cpu backend. The float64 reference (latent_reference.h,
+// what AttentionBlock runs for kLatent unfused): the absorbed form against MLA computed the other way round in this file,
 // with the latent cache decompressed by W_UK and W_UV into per-head K and V and ordinary
 // attention over them; small random models at batches 1 and 3, ragged positions (0 included),
 // contiguous and shuffled paged caches, in float32 within 1e-9; the appended latent row and
-// nothing else in the cache; DeepSeek-V2-Lite's real shape at batch 2 in bf16; then the bad
-// input the MLA plan and run() refuse, by the argument's name.
+// nothing else in the cache; DeepSeek-V2-Lite's real shape at batch 2 in bf16. The fused plan
+// (the float32 emulation of the fused MLA dataflow, split_emulation.h) against that reference at
+// every cluster size, batches 1, 3 and 16, paged and contiguous. Then the bad input the MLA
+// plan and run() refuse, by the argument's name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -265,7 +267,7 @@ void check_absorbed_matches_decompressed(const Case& c, double rel_tol) {
   Tensor block_latent = copy_of(in.latent);
   Tensor out = Tensor::empty({batch, m.hidden}, c.dtype, Device::cpu());
   const AttentionBlock block(
-      {m, batch, c.max_context, c.dtype, c.paged, kPageSize, Device::cpu(), DecodeImpl::kAuto});
+      {m, batch, c.max_context, c.dtype, c.paged, kPageSize, Device::cpu(), DecodeImpl::kUnfused});
   EXPECT_EQ(block.impl(), DecodeImpl::kUnfused);
   block.run({in.x, in.positions, out}, lw.view(c.norm), {block_latent, {}, in.cache().page_table},
             {}, Stream::cpu());
@@ -315,12 +317,95 @@ TEST(DecodeLatent, AbsorbedMatchesDecompressedInBf16) {
 
 TEST(DecodeLatent, DeepSeekV2LiteRunsOnTheCpuBackend) {
   const ModelConfig m = ModelConfig::deepseek_v2_lite();
-  const AttentionBlock block({m, 2, 40, DType::kBF16, true, kPageSize, Device::cpu()});
-  EXPECT_EQ(block.impl(), DecodeImpl::kUnfused);
-  EXPECT_EQ(block.describe(), "deepseek-v2-lite unfused bf16 paged");
-  EXPECT_EQ(block.workspace_bytes(), 0u);
+  const AttentionBlock unfused(
+      {m, 2, 40, DType::kBF16, true, kPageSize, Device::cpu(), DecodeImpl::kUnfused});
+  EXPECT_EQ(unfused.describe(), "deepseek-v2-lite unfused bf16 paged");
+  EXPECT_EQ(unfused.workspace_bytes(), 0u);
+  // auto: the emulated fused split, a cluster of 8 a head (16 heads x 8 fill 128 CTAs).
+  const AttentionBlock fused({m, 2, 40, DType::kBF16, true, kPageSize, Device::cpu()});
+  EXPECT_EQ(fused.impl(), DecodeImpl::kFused);
+  EXPECT_EQ(fused.describe(), "deepseek-v2-lite fused cluster 8 (cost model) bf16 paged");
   check_absorbed_matches_decompressed({m, {39, 21}, true, DType::kBF16, 40}, 1e-9);
   check_absorbed_matches_decompressed({m, {0, 39}, false, DType::kBF16, 40}, 1e-9);
+}
+
+// ---- the fused MLA dataflow, emulated (split_geometry.h) ----------------------------------
+
+// Ragged positions for `batch` sequences below max_context (0 among them).
+std::vector<int32_t> ragged_positions(int64_t batch, int64_t max_context) {
+  std::vector<int32_t> p;
+  for (int64_t b = 0; b < batch; ++b) p.push_back(int32_t((b * 29 + (b == 0 ? 39 : 0)) % max_context));
+  return p;
+}
+
+// The fused plan (the float32 emulation of the kernel's split at `cluster`) against the float64
+// reference on copies of the same inputs: outputs within rel_tol of the largest, the appended
+// latent rows within one step of the dtype (float32: rel_tol) of the reference's, every other
+// row untouched.
+void check_split_matches_reference(const Case& c, int cluster, double rel_tol) {
+  SCOPED_TRACE(c.model.name + " batch " + std::to_string(c.positions.size()) + " cluster " +
+               std::to_string(cluster) + (c.paged ? " paged " : " contiguous ") +
+               dtype_name(c.dtype) + (c.norm ? "" : " no norm"));
+  const ModelConfig& m = c.model;
+  const int64_t batch = int64_t(c.positions.size()), width = m.kv_lora_rank + m.rope_head_dim;
+  const LatentWeights lw = make_weights(m, c.dtype);
+  const Inputs in = make_inputs(c);
+  Tensor ref_latent = copy_of(in.latent), split_latent = copy_of(in.latent);
+  Tensor out_ref = Tensor::empty({batch, m.hidden}, c.dtype, Device::cpu());
+  Tensor out = Tensor::empty({batch, m.hidden}, c.dtype, Device::cpu());
+  const KvCache ref_cache{ref_latent, {}, in.cache().page_table};
+  reference_latent_attention_block(m, {in.x, in.positions, out_ref}, lw.view(c.norm), ref_cache,
+                                   kPageSize);
+  const AttentionBlock block({m, batch, c.max_context, c.dtype, c.paged, kPageSize, Device::cpu(),
+                              DecodeImpl::kFused, cluster});
+  ASSERT_EQ(block.impl(), DecodeImpl::kFused);
+  ASSERT_EQ(block.cluster_size(), cluster);
+  block.run({in.x, in.positions, out}, lw.view(c.norm), {split_latent, {}, in.cache().page_table},
+            {}, Stream::cpu());
+
+  double scale = 0, worst = 0;
+  for (int64_t i = 0; i < batch * m.hidden; ++i) {
+    scale = std::max(scale, std::fabs(at(out_ref, i)));
+    worst = std::max(worst, std::fabs(at(out, i) - at(out_ref, i)));
+  }
+  ASSERT_GT(scale, 0.0);
+  EXPECT_LE(worst, rel_tol * scale) << "max |split - reference| = " << worst
+                                    << ", max |reference| = " << scale;
+  // One step of a 16-bit dtype (rounding the same value computed in float32 and float64); in
+  // float32 the computation's own error.
+  const double step = c.dtype == DType::kF32 ? rel_tol : c.dtype == DType::kBF16 ? 0x1p-7 : 0x1p-10;
+  std::vector<char> appended(size_t(in.latent.view().numel() / width), 0);
+  for (int64_t b = 0; b < batch; ++b) appended[size_t(latent_row(c, in, b, c.positions[size_t(b)]))] = 1;
+  int64_t append_mismatch = 0, changed_elsewhere = 0;
+  for (int64_t i = 0; i < in.latent.view().numel(); ++i) {
+    const double g = at(split_latent, i), r = at(ref_latent, i);
+    if (appended[size_t(i / width)]) {
+      if (std::fabs(g - r) > step * std::max(1.0, std::fabs(r))) ++append_mismatch;
+    } else if (g != at(in.latent, i)) {
+      ++changed_elsewhere;
+    }
+  }
+  EXPECT_EQ(append_mismatch, 0) << "appended latent rows differ from the reference's";
+  EXPECT_EQ(changed_elsewhere, 0) << "latent rows other than the appended ones changed";
+}
+
+TEST(DecodeLatentSplit, MatchesTheReferenceInFloat32ForEveryClusterSize) {
+  for (int cluster : {1, 2, 4, 8})
+    for (bool paged : {false, true})
+      check_split_matches_reference({small_mla(), {17, 0, 47}, paged, DType::kF32, 48}, cluster,
+                                    2e-5);
+  check_split_matches_reference(
+      {small_mla(), ragged_positions(16, 48), true, DType::kF32, 48, /*norm=*/false}, 8, 2e-5);
+}
+
+TEST(DecodeLatentSplit, DeepSeekV2LiteMatchesTheReferenceInBf16) {
+  const ModelConfig m = ModelConfig::deepseek_v2_lite();
+  for (int64_t batch : {1, 3, 16})
+    for (bool paged : {false, true})
+      check_split_matches_reference({m, ragged_positions(batch, 40), paged, DType::kBF16, 40},
+                                    batch == 3 ? 16 : 8, 2e-2);
+  check_split_matches_reference(
+      {m, ragged_positions(3, 40), true, DType::kF16, 40, /*norm=*/false}, 4, 1e-2);
 }
 
 // ---- bad input ---------------------------------------------------------------------------
@@ -350,8 +435,10 @@ TEST(DecodeLatentBadInput, PlanOptionsAreCheckedByName) {
   };
   expect_error_naming(with([](auto& o) { o.model.rope_head_dim = 7; }), "model.rope_head_dim = 7");
   expect_error_naming(with([](auto& o) { o.model.kv_lora_rank = 0; }), "kv_lora_rank");
-  expect_error_naming(with([](auto& o) { o.impl = DecodeImpl::kFused; }), "impl = fused",
-                      ErrorCode::kUnsupported);
+  for (const std::string needle : {"cluster_size = 3", "kv_lora_rank = 32",
+                                   "nope_head_dim + rope_head_dim = 24"})
+    expect_error_naming(with([](auto& o) { o.cluster_size = 3; }), needle);
+  expect_error_naming(with([](auto& o) { o.cluster_size = 16; }), "cluster_size = 16");
   expect_error_naming(with([](auto& o) { o.max_context = 0; }), "max_context = 0");
   expect_error_naming(with([](auto& o) { o.dtype = DType::kI32; }), "dtype = i32");
   for (const std::string needle : {"model = deepseek-v2-lite", "fused MLA decode kernel"})

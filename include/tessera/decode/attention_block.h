@@ -30,8 +30,9 @@
 // (vLLM's non-neox rotary; Hugging Face's DeepseekV2 de-interleaves first, the same scores).
 // Not modelled: DeepSeek-V2-Lite's yarn RoPE scaling (its frequency ramp and the mscale factor
 // on the softmax scale): rope_inv_freq is the unscaled theta^(-2i/Dr). Today kLatent plans
-// only on the cpu backend (the float64 reference, src/decode/latent_reference.h); the fused
-// MLA kernel does not exist yet.
+// only on the cpu backend: fused, the float32 emulation of the fused MLA dataflow (a cluster a
+// query head, src/decode/split_geometry.h); unfused, the float64 reference
+// (src/decode/latent_reference.h). The fused MLA kernel does not exist yet.
 //
 // Fused dataflow (cuda, kernels/decode/): one thread-block cluster per KV head, so K and V
 // are read once for the group's query heads. CTA r of N takes the hidden slice
@@ -103,7 +104,7 @@ struct DecodeStep {
 // kAuto: fused where the fused kernel takes the shape (head_dim 128, 1/2/4/8 query heads per
 // KV head, hidden a multiple of 128), else unfused. kUnfused: cuBLASLt projections, a RoPE and
 // cache-append kernel and split-KV attention (cuda); the float64 reference (cpu). MLA plans
-// run the float64 reference (kAuto and kUnfused; kFused is refused: no split emulation yet).
+// are cpu-only (as above: the emulated split or the reference).
 enum class DecodeImpl { kAuto, kFused, kUnfused };
 
 struct AttentionBlockOptions {
