@@ -29,6 +29,7 @@
 #include "cluster/cluster_collectives.cuh"
 #include "decode/decode_launch.h"
 #include "decode/split_geometry.h"
+#include "decode/sum_heads.cuh"
 
 namespace tessera::decode::kernels::sm90 {
 
@@ -624,29 +625,6 @@ __global__ void __launch_bounds__(kThreads, kGroup <= 4 ? 2 : 1)
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   FusedDecode<T, kGroup, kNT> k{params, smem};
   k.run();
-}
-
-// out[b][i] = sum over KV heads c = 0, 1, ... of partial[c][b][i], in that order.
-template <typename T>
-__global__ void __launch_bounds__(256) sum_heads_kernel(const float* __restrict__ partial,
-                                                         T* __restrict__ out, int num_kv_heads,
-                                                         int64_t elems) {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4; i < elems;
-       i += int64_t(gridDim.x) * blockDim.x * 4) {
-    float4 acc = *reinterpret_cast<const float4*>(partial + i);
-    for (int c = 1; c < num_kv_heads; ++c) {
-      const float4 v = *reinterpret_cast<const float4*>(partial + c * elems + i);
-      acc.x += v.x;
-      acc.y += v.y;
-      acc.z += v.z;
-      acc.w += v.w;
-    }
-    out[i] = cl::from_f32<T>(acc.x);
-    out[i + 1] = cl::from_f32<T>(acc.y);
-    out[i + 2] = cl::from_f32<T>(acc.z);
-    out[i + 3] = cl::from_f32<T>(acc.w);
-  }
 }
 
 }  // namespace tessera::decode::kernels::sm90

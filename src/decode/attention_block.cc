@@ -36,18 +36,23 @@ bool divides_hidden(int64_t hidden, int n, bool cuda) {
 int default_cluster_size(const AttentionBlockOptions& o) {
   const bool cuda = o.device.is_cuda();
   const ModelConfig& m = o.model;
-  if (m.kind == AttentionKind::kLatent) {  // cpu only: the emulation's split, a cluster a head
-    int best = 1;
-    for (int n = 1; n <= kMaxClusterSize; n *= 2)
-      if (latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim, m.rope_head_dim, n) &&
-          m.num_heads * n <= 132)
-        best = n;
-    return best;
-  }
   int sms = 132;
 #ifdef TESSERA_WITH_CUDA
   if (cuda) sms = detail::cuda_multiprocessor_count();
 #endif
+  if (m.kind == AttentionKind::kLatent) {  // a cluster a query head
+    int best = 1;
+    for (int n = 1; n <= kMaxClusterSize; n *= 2) {
+      if (!latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim, m.rope_head_dim, n) ||
+          m.num_heads * n > sms)
+        continue;
+#ifdef TESSERA_WITH_CUDA
+      if (cuda && detail::cuda_max_active_clusters(o, n) < m.num_heads) continue;
+#endif
+      best = n;
+    }
+    return best;
+  }
   int best = 1;
   for (int n = 1; n <= kMaxClusterSize; n *= 2) {
     if (!divides_hidden(o.model.hidden, n, cuda) || o.model.num_kv_heads * n > sms) continue;
@@ -184,10 +189,6 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
   const ModelConfig& m = options.model;
   const bool cuda = options.device.is_cuda();
   const bool latent = m.kind == AttentionKind::kLatent;
-  TESSERA_CHECK(!latent || !cuda, ErrorCode::kUnsupported, "model = ", m.name,
-                ": multi-head latent attention (MLA) has no cuda decode path: the fused MLA decode "
-                "kernel does not exist yet (the cpu backend runs its float32 emulation and its "
-                "float64 reference)");
   check_model(m);
   TESSERA_CHECK_ARG(options.max_batch >= 1, "max_batch = ", options.max_batch,
                     ": expected at least 1");
@@ -203,15 +204,23 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
 #ifndef TESSERA_WITH_CUDA
     throw_error(ErrorCode::kUnsupported, "device = cuda: this build of Tessera has no cuda backend");
 #else
-    std::string why_not = fused_unsupported_reason(m);
-    if (why_not.empty() && options.paged && options.page_size % 16 != 0)
+    if (latent) {
+      // MLA has the fused kernel only: no unfused cuda path yet.
+      TESSERA_CHECK(options.impl != DecodeImpl::kUnfused, ErrorCode::kUnsupported,
+                    "impl = unfused: model = ", m.name,
+                    ": MLA has no unfused cuda path yet; expected auto or fused");
+      const std::string why = detail::cuda_mla_unsupported_reason(m);
+      TESSERA_CHECK(why.empty(), ErrorCode::kUnsupported, why);
+    }
+    std::string why_not = latent ? std::string{} : fused_unsupported_reason(m);
+    if (!latent && why_not.empty() && options.paged && options.page_size % 16 != 0)
       why_not = str("page_size = ", options.page_size,
                     ": the fused decode kernel loads 16 cached tokens a copy (pages of a multiple of 16)");
     TESSERA_CHECK(options.impl != DecodeImpl::kFused || why_not.empty(), ErrorCode::kUnsupported,
                   "impl = fused: ", why_not);
     impl_ = options.impl == DecodeImpl::kUnfused || !why_not.empty() ? DecodeImpl::kUnfused
                                                                       : DecodeImpl::kFused;
-    if (impl_ == DecodeImpl::kUnfused) {
+    if (!latent && impl_ == DecodeImpl::kUnfused) {
       unfused_ = detail::cuda_plan_unfused(options);
       inv_freq_ = rope_inv_freq(m);
       return;
@@ -244,7 +253,7 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
       const std::optional<int> tuned =
           tuned_cluster_size(read_tune_table(tune_table_path()), detail::cuda_device_name(),
                              m.name, options.max_batch, options.max_context);
-      if (tuned && divides_hidden(m.hidden, *tuned, cuda) &&
+      if (tuned && !latent && divides_hidden(m.hidden, *tuned, cuda) &&
           detail::cuda_max_active_clusters(options, *tuned) > 0) {
         cluster_size_ = *tuned;
         cluster_source_ = "tuned";
@@ -253,7 +262,11 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
 #endif
   }
 #ifdef TESSERA_WITH_CUDA
-  if (cuda) {
+  if (cuda && latent) {
+    TESSERA_CHECK(detail::cuda_max_active_clusters(options, cluster_size_) > 0,
+                  ErrorCode::kUnsupported, "cluster_size = ", cluster_size_,
+                  ": this device cannot launch a cluster of that many fused MLA decode CTAs");
+  } else if (cuda) {
     const int smem = kernels::fused_decode_smem_bytes(int(m.group_size()),
                                                       int(std::min<int64_t>(options.max_batch, 16)),
                                                       int(m.hidden), cluster_size_);
@@ -270,7 +283,11 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
 }
 
 size_t AttentionBlock::workspace_bytes() const {
-  if (options_.model.kind == AttentionKind::kLatent) return 0;  // the cpu reference needs none
+  const ModelConfig& m = options_.model;
+  if (m.kind == AttentionKind::kLatent)  // cuda: each query head's output partial
+    return options_.device.is_cuda()
+               ? size_t(m.num_heads) * options_.max_batch * m.hidden * sizeof(float)
+               : 0;
 #ifdef TESSERA_WITH_CUDA
   if (unfused_) return detail::cuda_unfused_workspace_bytes(*unfused_);
 #endif
@@ -345,8 +362,15 @@ void AttentionBlock::run(const DecodeStep& step, const LatentAttentionWeights& w
                     ": an MLA cache keeps its values in the latent rows of cache.k: expected an "
                     "empty view");
   check_page_table(options_, cache, batch);
-  // The plan is on the cpu (the constructor refuses kLatent on cuda): no workspace is needed.
-  (void)workspace;
+  if (dev.is_cuda()) {
+    check_device(workspace, dev, "workspace");
+    check_min_bytes(workspace, workspace_bytes(), "workspace");
+#ifdef TESSERA_WITH_CUDA
+    detail::cuda_mla_attention_block(options_, cluster_size_, inv_freq_, step, w, cache,
+                                     workspace, stream);
+#endif
+    return;
+  }
   check_host_positions(options_, step, batch);
   if (impl_ == DecodeImpl::kUnfused)
     reference_latent_attention_block(m, step, w, cache, options_.page_size);

@@ -1,5 +1,5 @@
 // Internal: what attention_block.cc hands the cuda backend after validating every argument.
-// Implemented in src/decode/cuda/fused_decode_cuda.cc (built only with TESSERA_CUDA=ON).
+// Implemented in src/decode/cuda/ (built only with TESSERA_CUDA=ON).
 #pragma once
 
 #include <memory>
@@ -22,6 +22,15 @@ void cuda_fused_attention_block(const AttentionBlockOptions& options, int cluste
                                 std::span<const float> inv_freq, const DecodeStep& step, const AttentionWeights& weights,
                                 const KvCache& cache, const TensorView& workspace,
                                 const Stream& stream);
+
+// MLA plans (model.kind kLatent, src/decode/cuda/mla_decode_cuda.cc): empty if the fused MLA
+// kernel takes the model's shape, else why not (naming the field); the launch, inv_freq
+// rope_head_dim / 2 values.
+std::string cuda_mla_unsupported_reason(const ModelConfig& model);
+void cuda_mla_attention_block(const AttentionBlockOptions& options, int cluster_size,
+                              std::span<const float> inv_freq, const DecodeStep& step,
+                              const LatentAttentionWeights& weights, const KvCache& cache,
+                              const TensorView& workspace, const Stream& stream);
 
 // The unfused path (src/decode/cuda/unfused_decode_cuda.cc): planned once (cuBLASLt
 // descriptors and algorithms for every batch up to max_batch), then run per step.

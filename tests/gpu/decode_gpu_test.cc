@@ -3,17 +3,22 @@
 // batches 1, 3 and 16, contiguous and paged caches, ragged positions (0 included), several
 // cluster sizes. The output is poisoned first and must be fully written; the new K/V rows
 // must land in the cache and every other row stay untouched; 100 replays of a captured CUDA
-// graph must give bitwise the same output.
+// graph must give bitwise the same output. The same for the fused MLA kernel at
+// DeepSeek-V2-Lite's shape (batches 1, 3 and 16, cluster sizes 1 to 16).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "decode/latent_reference.h"
 #include "decode/reference.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
@@ -133,6 +138,91 @@ class DecodeGpu : public ::testing::Test {
     EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
   }
 
+  // ---- MLA (DeepSeek-V2-Lite): the fused MLA kernel against the float64 reference ----------
+  struct LatentWeights {
+    Pair wq, wkv_a, kv_a_norm, wkv_b, wo, norm;
+    LatentAttentionWeights host() const {
+      return {wq.host, wkv_a.host, kv_a_norm.host, wkv_b.host, wo.host, norm.host};
+    }
+    LatentAttentionWeights device() const {
+      return {wq.device, wkv_a.device, kv_a_norm.device, wkv_b.device, wo.device, norm.device};
+    }
+  };
+  LatentWeights latent_weights(const ModelConfig& m) {
+    const int64_t h = m.num_heads, r = m.kv_lora_rank, dr = m.rope_head_dim;
+    const float sh = 1.0f / std::sqrt(float(m.hidden)), sr = 1.0f / std::sqrt(float(r));
+    const float so = 1.0f / std::sqrt(float(h * m.v_head_dim));
+    return {random({h * (m.nope_head_dim + dr), m.hidden}, kBf16, 51, -sh, sh),
+            random({r + dr, m.hidden}, kBf16, 52, -sh, sh),
+            random({r}, kBf16, 53, 0.5f, 1.5f),
+            random({h * (m.nope_head_dim + m.v_head_dim), r}, kBf16, 54, -sr, sr),
+            random({m.hidden, h * m.v_head_dim}, kBf16, 55, -so, so),
+            random({m.hidden}, kBf16, 56, 0.5f, 1.5f)};
+  }
+
+  // One MLA step on the GPU and on the reference: the output within bf16 error, the appended
+  // latent rows as the reference's (one bf16 rounding), every other row untouched.
+  void check_latent_step(const ModelConfig& m, const LatentWeights& w, int64_t batch, bool paged,
+                         int cluster) {
+    SCOPED_TRACE(::testing::Message() << m.name << " batch " << batch
+                                      << (paged ? " paged" : " contiguous") << " cluster " << cluster);
+    AttentionBlock block({m, batch, kMaxContext, kBf16, paged, kPageSize, Device::cuda(0),
+                          DecodeImpl::kAuto, cluster});
+    ASSERT_EQ(block.impl(), DecodeImpl::kFused);
+    const int64_t width = m.kv_lora_rank + m.rope_head_dim;
+    const int64_t pages_per_seq = kMaxContext / kPageSize, num_pages = batch * pages_per_seq + 3;
+    std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{num_pages, kPageSize, 1, width}
+                                             : std::vector<int64_t>{batch, kMaxContext, 1, width};
+    Pair latent = random(cache_shape, kBf16, 61, -1.f, 1.f);
+    Pair table{Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cpu()),
+               Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cuda(0))};
+    {
+      std::vector<int32_t> pages(num_pages);
+      std::iota(pages.begin(), pages.end(), 0);
+      std::shuffle(pages.begin(), pages.end(), std::mt19937(6));
+      std::copy_n(pages.begin(), batch * pages_per_seq, table.host.data_as<int32_t>());
+      upload(table);
+    }
+    Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
+    const int32_t ragged[] = {130, 0, 37, 255, 16, 1, 200, 64, 15, 17, 99, 128, 31, 33, 250, 7};
+    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = ragged[b % 16];
+    upload(pos);
+    Pair x = random({batch, m.hidden}, kBf16, 62, -1.f, 1.f);
+    Tensor out_d = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
+    Tensor out_h = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
+    Tensor ref = Tensor::empty({batch, m.hidden}, DType::kF32, Device::cpu());
+    Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
+    fill_bytes(out_d.data(), 0xFF, bytes(out_d), stream_);
+    const TensorView no_table{};
+    Tensor before = Tensor::empty(cache_shape, kBf16, Device::cpu());
+    std::memcpy(before.data(), latent.host.data(), bytes(latent.host));
+    block.run({x.device, pos.device, out_d}, w.device(),
+              KvCache{latent.device, {}, paged ? TensorView(table.device) : no_table}, ws, stream_);
+    reference_latent_attention_block(m, {x.host, pos.host, ref}, w.host(),
+                                     {latent.host, {}, paged ? TensorView(table.host) : no_table},
+                                     kPageSize);
+    download(out_h, out_d);
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < batch * m.hidden; ++i) {
+      const float g = load_as_float(out_h.data(), kBf16, i), r = ref.data_as<float>()[i];
+      ASSERT_TRUE(std::isfinite(g)) << "output element " << i << " not written or not finite";
+      num += (g - r) * (g - r);
+      den += double(r) * r;
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-2) << "relative L2 error against the float64 reference";
+    Tensor gpu = Tensor::empty(cache_shape, kBf16, Device::cpu());
+    download(gpu, latent.device);
+    int64_t changed = 0, mismatched = 0;
+    for (int64_t i = 0; i < gpu.view().numel(); ++i) {
+      const float b0 = load_as_float(before.data(), kBf16, i);
+      const float g = load_as_float(gpu.data(), kBf16, i), r = load_as_float(latent.host.data(), kBf16, i);
+      if (r != b0) ++changed;
+      if (std::fabs(g - r) > 1e-2f * std::max(1.f, std::fabs(r))) ++mismatched;
+    }
+    EXPECT_EQ(mismatched, 0) << "latent cache elements differing from the reference's append";
+    EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
+  }
+
   Stream stream_;
 };
 
@@ -151,6 +241,14 @@ TEST_F(DecodeGpu, Llama3GqaFusedMatchesReference) {
     for (bool paged : {false, true}) check_step(m, w, batch, paged, 0);
   for (int cluster : {4, 8}) check_step(m, w, 16, false, cluster);
   check_step(m, w, 40, false, 0);  // more than one batch tile
+}
+
+TEST_F(DecodeGpu, DeepSeekV2LiteMlaFusedMatchesReference) {
+  const ModelConfig m = ModelConfig::deepseek_v2_lite();
+  const LatentWeights w = latent_weights(m);
+  for (int64_t batch : {1, 3, 16})
+    for (bool paged : {false, true}) check_latent_step(m, w, batch, paged, 0);
+  for (int cluster : {1, 2, 4, 16}) check_latent_step(m, w, 3, true, cluster);
 }
 
 // 100 replays, or TESSERA_TEST_REPLAYS (at least 2): the sanitize stage asks for few, its tools
@@ -202,6 +300,44 @@ TEST_F(DecodeGpu, GraphReplaysAreBitwiseIdentical) {
   cudaGraphDestroy(graph);
 }
 
+TEST_F(DecodeGpu, MlaGraphReplaysAreBitwiseIdentical) {
+  const ModelConfig m = ModelConfig::deepseek_v2_lite();
+  const LatentWeights w = latent_weights(m);
+  const int64_t batch = 3, width = m.kv_lora_rank + m.rope_head_dim;
+  AttentionBlock block({m, batch, kMaxContext, kBf16, false, kPageSize, Device::cuda(0)});
+  Pair latent = random({batch, kMaxContext, 1, width}, kBf16, 71, -1.f, 1.f);
+  Pair x = random({batch, m.hidden}, kBf16, 72, -1.f, 1.f);
+  Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
+  for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = int32_t(100 + 37 * b);
+  upload(pos);
+  Tensor out = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
+  Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
+  const DecodeStep step{x.device, pos.device, out};
+  const KvCache cache{latent.device, {}, {}};
+  block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
+  stream_.synchronize();
+
+  auto s = static_cast<cudaStream_t>(stream_.cuda_stream());
+  cudaGraph_t graph;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  block.run(step, w.device(), cache, ws, stream_);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  Tensor first = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
+  Tensor again = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
+  const int replays = graph_replays();
+  for (int replay = 0; replay < replays; ++replay) {
+    fill_bytes(out.data(), 0xFF, bytes(first), stream_);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    download(replay == 0 ? first : again, out);
+    if (replay > 0)
+      ASSERT_EQ(0, std::memcmp(first.data(), again.data(), bytes(first))) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
 TEST_F(DecodeGpu, BadPlansAreRefusedWithTheArgumentsName) {
   const ModelConfig m = ModelConfig::llama2_7b();
   AttentionBlockOptions o{m, 1, 4096, kBf16, false, kPageSize, Device::cuda(0)};
@@ -220,6 +356,23 @@ TEST_F(DecodeGpu, BadPlansAreRefusedWithTheArgumentsName) {
   o.model = odd;
   o.impl = DecodeImpl::kFused;  // kAuto would take the unfused path for head_dim 64
   EXPECT_THROW(AttentionBlock{o}, Error);
+  // MLA: no unfused cuda path; a cluster size that does not divide its cuts.
+  AttentionBlockOptions mla{ModelConfig::deepseek_v2_lite(), 1, 4096, kBf16, false, kPageSize,
+                            Device::cuda(0), DecodeImpl::kUnfused};
+  for (const auto& [edit, needle] :
+       std::vector<std::pair<std::function<void(AttentionBlockOptions&)>, std::string>>{
+           {[](AttentionBlockOptions&) {}, "impl = unfused"},
+           {[](AttentionBlockOptions& x) { x.impl = DecodeImpl::kAuto; x.cluster_size = 3; },
+            "cluster_size = 3"}}) {
+    AttentionBlockOptions bad = mla;
+    edit(bad);
+    try {
+      AttentionBlock b(bad);
+      ADD_FAILURE() << "no error; expected one naming " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -250,12 +250,6 @@ TEST(DecodeBadInput, PlanOptionsAreCheckedByName) {
   expect_error_naming(with([](auto& o) { o.dtype = DType::kI32; }), "dtype = i32");
   expect_error_naming(with([](auto& o) { o.cluster_size = 17; }), "cluster_size = 17");
   expect_error_naming(with([](auto& o) { o.cluster_size = 3; }), "cluster_size = 3");  // 512 % 3
-  // MLA plans only on the cpu backend (decode_latent_reference_test.cc).
-  expect_error_naming(with([](auto& o) {
-                        o.model = ModelConfig::deepseek_v2_lite();
-                        o.device = Device::cuda(0);
-                      }),
-                      "model = deepseek-v2-lite");
 }
 
 TEST(DecodeBadInput, StepArgumentsAreCheckedByName) {

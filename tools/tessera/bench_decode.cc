@@ -5,10 +5,12 @@
 // `tessera tune decode`: the same timing for every cluster size; the fastest goes to the table.
 // `tessera bench cluster`: ClusterReduce / ClusterGather over DSMEM against the same through
 // global memory (ClusterFusion's Table 1), 256 B to 64 KB, cluster sizes 2 to 16.
-// Cases: "<model> b<batch> ctx<context>"; every sequence attends over `context` tokens.
+// Cases: "<model> b<batch> ctx<context>"; every sequence attends over `context` tokens. MLA
+// (deepseek-v2-lite) has the fused kernel only: its unfused cases print why and are skipped.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,6 +32,7 @@
 
 #include "cluster/collective_launch.h"
 #include "decode/decode_launch.h"
+#include "decode/mla_launch.h"
 #endif
 
 namespace tessera::cli {
@@ -87,24 +90,31 @@ DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t cont
   AttentionBlockOptions o{m, batch, context, DType::kBF16, paged, 16, Device::cuda(0), impl,
                           cluster_size};
   AttentionBlock block(o);
-  const int64_t q = m.num_heads * m.head_dim, kv = m.num_kv_heads * m.head_dim;
   auto tensor = [](std::vector<int64_t> shape, DType dt = DType::kBF16) {
     return Tensor::empty(shape, dt, Device::cuda(0));
   };
-  Tensor wq = tensor({q, m.hidden}), wk = tensor({kv, m.hidden}), wv = tensor({kv, m.hidden});
-  Tensor wo = tensor({m.hidden, q}), norm = tensor({m.hidden});
+  // A random matrix (or vector) of the model, counted in the weight bytes.
+  std::vector<Tensor> weights;
+  double weight_bytes = 0;
+  auto weight = [&](std::vector<int64_t> shape, float scale) {
+    Tensor t = tensor(shape);
+    const size_t bytes = size_t(t.view().numel()) * 2;
+    fill_random(t.data(), bytes, scale, uint32_t(weights.size() + 1), stream);
+    weight_bytes += double(bytes);
+    weights.push_back(t);
+    return TensorView(t);
+  };
+  const bool latent = m.kind == AttentionKind::kLatent;
   const float ws = 1.f / std::sqrt(float(m.hidden));
-  fill_random(wq.data(), q * m.hidden * 2, ws, 1, stream);
-  fill_random(wk.data(), kv * m.hidden * 2, ws, 2, stream);
-  fill_random(wv.data(), kv * m.hidden * 2, ws, 3, stream);
-  fill_random(wo.data(), q * m.hidden * 2, ws, 4, stream);
-  fill_random(norm.data(), m.hidden * 2, 1.f, 5, stream);
+  // The cache: K and V rows of head_dim per KV head, or MLA's one latent row of R + Dr.
+  const int64_t cache_heads = latent ? 1 : m.num_kv_heads;
+  const int64_t row = latent ? m.kv_lora_rank + m.rope_head_dim : m.head_dim;
   const int64_t pages_per_seq = (context + 15) / 16;
-  std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{batch * pages_per_seq, 16, m.num_kv_heads, m.head_dim}
-                                           : std::vector<int64_t>{batch, context, m.num_kv_heads, m.head_dim};
-  Tensor k = tensor(cache_shape), v = tensor(cache_shape);
+  std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{batch * pages_per_seq, 16, cache_heads, row}
+                                           : std::vector<int64_t>{batch, context, cache_heads, row};
+  Tensor k = tensor(cache_shape), v = latent ? Tensor{} : tensor(cache_shape);
   fill_random(k.data(), size_t(k.view().numel()) * 2, 1.f, 6, stream);
-  fill_random(v.data(), size_t(v.view().numel()) * 2, 1.f, 7, stream);
+  if (!latent) fill_random(v.data(), size_t(v.view().numel()) * 2, 1.f, 7, stream);
   Tensor table = tensor({batch, pages_per_seq}, DType::kI32);
   std::vector<int32_t> pages(batch * pages_per_seq);
   for (size_t i = 0; i < pages.size(); ++i) pages[i] = int32_t(i);
@@ -116,9 +126,23 @@ DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t cont
   fill_random(x.data(), batch * m.hidden * 2, 1.f, 8, stream);
   Tensor work = tensor({int64_t(block.workspace_bytes())}, DType::kU8);
   const DecodeStep step{x, pos, out};
-  const AttentionWeights w{wq, wk, wv, wo, norm};
-  const KvCache cache{k, v, paged ? TensorView(table) : TensorView{}};
-  block.run(step, w, cache, work, stream);
+  const KvCache cache{k, latent ? TensorView{} : TensorView(v), paged ? TensorView(table) : TensorView{}};
+  std::function<void()> run;
+  if (latent) {
+    const int64_t h = m.num_heads, r = m.kv_lora_rank, dr = m.rope_head_dim;
+    const LatentAttentionWeights w{
+        weight({h * (m.nope_head_dim + dr), m.hidden}, ws), weight({r + dr, m.hidden}, ws),
+        weight({r}, 1.f), weight({h * (m.nope_head_dim + m.v_head_dim), r}, 1.f / std::sqrt(float(r))),
+        weight({m.hidden, h * m.v_head_dim}, ws), weight({m.hidden}, 1.f)};
+    run = [&, w] { block.run(step, w, cache, work, stream); };
+  } else {
+    const int64_t q = m.num_heads * m.head_dim, kv = m.num_kv_heads * m.head_dim;
+    const AttentionWeights w{weight({q, m.hidden}, ws), weight({kv, m.hidden}, ws),
+                             weight({kv, m.hidden}, ws), weight({m.hidden, q}, ws),
+                             weight({m.hidden}, 1.f)};
+    run = [&, w] { block.run(step, w, cache, work, stream); };
+  }
+  run();
   stream.synchronize();
 
   auto s = static_cast<cudaStream_t>(stream.cuda_stream());
@@ -126,7 +150,7 @@ DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t cont
   cudaGraphExec_t exec;
   TESSERA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess,
                 ErrorCode::kCuda, "bench decode: stream capture failed to begin");
-  block.run(step, w, cache, work, stream);
+  run();
   TESSERA_CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess &&
                     cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess,
                 ErrorCode::kCuda, "bench decode: capturing run() in a CUDA graph failed");
@@ -135,12 +159,17 @@ DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t cont
   r.cluster = block.impl() == decode::DecodeImpl::kFused ? block.cluster_size() : 0;
   r.plan = block.describe();
   if (block.impl() == decode::DecodeImpl::kFused)
-    r.resident_clusters = decode::kernels::fused_decode_max_active_clusters(
-        decode::kernels::Element::kBF16, int(m.group_size()), int(std::min<int64_t>(batch, 16)),
-        int(m.hidden), block.cluster_size());
+    r.resident_clusters =
+        latent ? decode::kernels::mla_decode_max_active_clusters(
+                     decode::kernels::Element::kBF16, int(m.hidden), int(m.kv_lora_rank),
+                     int(m.nope_head_dim), int(m.rope_head_dim), int(m.v_head_dim),
+                     block.cluster_size())
+               : decode::kernels::fused_decode_max_active_clusters(
+                     decode::kernels::Element::kBF16, int(m.group_size()),
+                     int(std::min<int64_t>(batch, 16)), int(m.hidden), block.cluster_size());
   r.us = median_us(s, 10, iters, [&] { cudaGraphLaunch(exec, s); });
-  r.bytes = double(2 * q + 2 * kv) * m.hidden * 2 +              // weights
-            double(batch) * (context - 1) * kv * 2 * 2;          // K and V read
+  // Weights, then the cached rows read (K and V, or the latent rows).
+  r.bytes = weight_bytes + double(batch) * (context - 1) * cache_heads * row * 2 * (latent ? 1 : 2);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   return r;
@@ -148,7 +177,7 @@ DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t cont
 
 int run_bench_decode(const std::vector<std::string>& args, int, char**) {
   Options opt("bench decode",
-              {{"models", "llama2-7b,llama3-8b", "models (llama2-7b, llama3-8b)"},
+              {{"models", "llama2-7b,llama3-8b,deepseek-v2-lite", "models (llama2-7b, llama3-8b, deepseek-v2-lite: MLA, fused only)"},
                {"batches", "1,16", "batch sizes"},
                {"contexts", "1024,4096,16384,32768", "context lengths (tokens attended)"},
                {"cluster-sizes", "auto", "auto, or a list to sweep (1,2,4,8,16)"},

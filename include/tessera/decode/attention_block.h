@@ -29,10 +29,10 @@
 // W_UV_h c_t. RoPE pairs interleaved dimensions (x_{2i}, x_{2i+1}) by p * inv_freq_i over Dr
 // (vLLM's non-neox rotary; Hugging Face's DeepseekV2 de-interleaves first, the same scores).
 // Not modelled: DeepSeek-V2-Lite's yarn RoPE scaling (its frequency ramp and the mscale factor
-// on the softmax scale): rope_inv_freq is the unscaled theta^(-2i/Dr). Today kLatent plans
-// only on the cpu backend: fused, the float32 emulation of the fused MLA dataflow (a cluster a
-// query head, src/decode/split_geometry.h); unfused, the float64 reference
-// (src/decode/latent_reference.h). The fused MLA kernel does not exist yet.
+// on the softmax scale): rope_inv_freq is the unscaled theta^(-2i/Dr). kLatent plans run the
+// fused MLA dataflow (a cluster a query head, src/decode/split_geometry.h): on cuda its kernel
+// (kernels/decode/mla_sm90.cuh; there is no unfused cuda path yet), on the cpu its float32
+// emulation; unfused on the cpu, the float64 reference (src/decode/latent_reference.h).
 //
 // Fused dataflow (cuda, kernels/decode/): one thread-block cluster per KV head, so K and V
 // are read once for the group's query heads. CTA r of N takes the hidden slice
@@ -104,7 +104,8 @@ struct DecodeStep {
 // kAuto: fused where the fused kernel takes the shape (head_dim 128, 1/2/4/8 query heads per
 // KV head, hidden a multiple of 128), else unfused. kUnfused: cuBLASLt projections, a RoPE and
 // cache-append kernel and split-KV attention (cuda); the float64 reference (cpu). MLA plans
-// are cpu-only (as above: the emulated split or the reference).
+// run as above: fused on cuda (kUnfused refused there), the emulated split or the reference on
+// the cpu.
 enum class DecodeImpl { kAuto, kFused, kUnfused };
 
 struct AttentionBlockOptions {
@@ -128,7 +129,8 @@ class AttentionBlock {
   const AttentionBlockOptions& options() const { return options_; }
   int cluster_size() const { return cluster_size_; }
   DecodeImpl impl() const { return impl_; }
-  // Device memory run() needs as `workspace` (per-cluster output partials; 0 for MLA plans).
+  // Device memory run() needs as `workspace` (per-cluster output partials, per query head for
+  // MLA; 0 on the cpu for MLA plans).
   size_t workspace_bytes() const;
 
   // One decode step for step.x.size(0) <= max_batch sequences. Validates shapes, dtypes and
@@ -136,7 +138,7 @@ class AttentionBlock {
   // max_context and the page table, cuda: the kernel traps on an out-of-range page index).
   void run(const DecodeStep& step, const AttentionWeights& weights, const KvCache& cache,
            const TensorView& workspace, const Stream& stream) const;
-  // The same for an MLA plan (model.kind == kLatent; cpu only today). Each run() refuses the
+  // The same for an MLA plan (model.kind == kLatent). Each run() refuses the
   // other kind's weights, naming `weights`. A braced list of five weights matches both
   // overloads: name the struct (AttentionWeights{...}).
   void run(const DecodeStep& step, const LatentAttentionWeights& weights, const KvCache& cache,

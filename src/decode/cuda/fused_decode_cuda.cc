@@ -7,6 +7,7 @@
 
 #include "decode/decode_backend.h"
 #include "decode/decode_launch.h"
+#include "decode/mla_launch.h"
 #include "tessera/runtime/cuda_check.h"
 
 namespace tessera::decode::detail {
@@ -34,6 +35,11 @@ std::string cuda_device_name() {
 }
 
 int cuda_max_active_clusters(const AttentionBlockOptions& o, int cluster_size) {
+  const ModelConfig& m = o.model;
+  if (m.kind == AttentionKind::kLatent)
+    return kernels::mla_decode_max_active_clusters(
+        element_of(o.dtype), int(m.hidden), int(m.kv_lora_rank), int(m.nope_head_dim),
+        int(m.rope_head_dim), int(m.v_head_dim), cluster_size);
   const int group = int(o.model.group_size());
   return kernels::fused_decode_max_active_clusters(element_of(o.dtype), group,
                                                    int(std::min<int64_t>(o.max_batch, 16)),
