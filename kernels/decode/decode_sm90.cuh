@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "cluster/cluster_collectives.cuh"
+#include "decode/decode_device.cuh"
 #include "decode/decode_launch.h"
 #include "decode/split_geometry.h"
 #include "decode/sum_heads.cuh"
@@ -78,27 +79,6 @@ __device__ inline void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
-}
-
-// Out of line, so the checks on the hot path cost no registers.
-static __device__ __noinline__ void bad_page(int seq, int64_t index, int32_t page, int64_t num_pages) {
-  printf("tessera fused decode: page_table[%d][%lld] = %d is outside [0, %lld) (block %d)\n", seq,
-         static_cast<long long>(index), page, static_cast<long long>(num_pages),
-         static_cast<int>(blockIdx.x));
-  __trap();
-}
-
-// exp2(m - m_max), the factor that rescales a softmax partial with maximum m to m_max; a
-// partial that saw no key (m = -inf) contributes nothing, also when m_max is -inf too.
-__device__ inline float rescale(float m, float m_max) {
-  return m == -__builtin_huge_valf() ? 0.f : exp2f(m - m_max);
-}
-
-template <typename T>
-__device__ inline void to_float8(const uint4& raw, float (&f)[8]) {
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = cl::to_f32(e[i]);
 }
 
 // ---- projections: 16 weight rows times the batch tile on tensor cores ----------------------

@@ -27,6 +27,7 @@
 #include <cstdio>
 
 #include "cluster/cluster_collectives.cuh"
+#include "decode/decode_device.cuh"
 #include "decode/mla_launch.h"
 #include "decode/split_geometry.h"
 
@@ -41,19 +42,9 @@ constexpr int kPerLane = kMlaMaxRowWidth / 32;  // row entries a lane holds in t
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNoKey = -__builtin_huge_valf();
 
-// exp2(m - m_max); a partial that saw no key (m = -inf) contributes nothing.
-__device__ inline float rescale(float m, float m_max) { return m == kNoKey ? 0.f : exp2f(m - m_max); }
-
 template <typename T>
 __device__ inline float load_f(const void* base, int64_t i) {
   return cl::to_f32(static_cast<const T*>(base)[i]);
-}
-
-template <typename T>
-__device__ inline void to_float8(const uint4& raw, float (&f)[8]) {
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) f[i] = cl::to_f32(e[i]);
 }
 
 __device__ inline float warp_sum(float v) {
@@ -65,11 +56,6 @@ __device__ inline float warp_sum(float v) {
 static __device__ __noinline__ void bad_position(int seq, int pos, int64_t max_context) {
   printf("tessera fused MLA decode: positions[%d] = %d: expected 0 <= p < max_context = %lld\n",
          seq, pos, static_cast<long long>(max_context));
-  __trap();
-}
-static __device__ __noinline__ void bad_page(int seq, int64_t slot, int32_t page, int64_t pages) {
-  printf("tessera fused MLA decode: page_table[%d][%lld] = %d is outside [0, %lld)\n", seq,
-         static_cast<long long>(slot), page, static_cast<long long>(pages));
   __trap();
 }
 
