@@ -205,12 +205,14 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
     throw_error(ErrorCode::kUnsupported, "device = cuda: this build of Tessera has no cuda backend");
 #else
     if (latent) {
-      // MLA has the fused kernel only: no unfused cuda path yet.
-      TESSERA_CHECK(options.impl != DecodeImpl::kUnfused, ErrorCode::kUnsupported,
-                    "impl = unfused: model = ", m.name,
-                    ": MLA has no unfused cuda path yet; expected auto or fused");
       const std::string why = detail::cuda_mla_unsupported_reason(m);
       TESSERA_CHECK(why.empty(), ErrorCode::kUnsupported, why);
+      if (options.impl == DecodeImpl::kUnfused) {
+        impl_ = DecodeImpl::kUnfused;
+        mla_unfused_ = detail::cuda_plan_mla_unfused(options);
+        inv_freq_ = rope_inv_freq(m);
+        return;
+      }
     }
     std::string why_not = latent ? std::string{} : fused_unsupported_reason(m);
     if (!latent && why_not.empty() && options.paged && options.page_size % 16 != 0)
@@ -284,10 +286,14 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
 
 size_t AttentionBlock::workspace_bytes() const {
   const ModelConfig& m = options_.model;
-  if (m.kind == AttentionKind::kLatent)  // cuda: each query head's output partial
+  if (m.kind == AttentionKind::kLatent) {  // cuda fused: each query head's output partial
+#ifdef TESSERA_WITH_CUDA
+    if (mla_unfused_) return detail::cuda_mla_unfused_workspace_bytes(*mla_unfused_);
+#endif
     return options_.device.is_cuda()
                ? size_t(m.num_heads) * options_.max_batch * m.hidden * sizeof(float)
                : 0;
+  }
 #ifdef TESSERA_WITH_CUDA
   if (unfused_) return detail::cuda_unfused_workspace_bytes(*unfused_);
 #endif
@@ -366,8 +372,12 @@ void AttentionBlock::run(const DecodeStep& step, const LatentAttentionWeights& w
     check_device(workspace, dev, "workspace");
     check_min_bytes(workspace, workspace_bytes(), "workspace");
 #ifdef TESSERA_WITH_CUDA
-    detail::cuda_mla_attention_block(options_, cluster_size_, inv_freq_, step, w, cache,
-                                     workspace, stream);
+    if (mla_unfused_)
+      detail::cuda_mla_unfused_attention_block(*mla_unfused_, inv_freq_, step, w, cache,
+                                               workspace, stream);
+    else
+      detail::cuda_mla_attention_block(options_, cluster_size_, inv_freq_, step, w, cache,
+                                       workspace, stream);
 #endif
     return;
   }

@@ -32,6 +32,15 @@ void cuda_mla_attention_block(const AttentionBlockOptions& options, int cluster_
                               const LatentAttentionWeights& weights, const KvCache& cache,
                               const TensorView& workspace, const Stream& stream);
 
+// MLA's unfused path (src/decode/cuda/mla_unfused_cuda.cc), planned like the grouped one.
+struct MlaUnfusedPlan;
+std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOptions& options);
+size_t cuda_mla_unfused_workspace_bytes(const MlaUnfusedPlan& plan);
+void cuda_mla_unfused_attention_block(const MlaUnfusedPlan& plan, std::span<const float> inv_freq,
+                                      const DecodeStep& step, const LatentAttentionWeights& weights,
+                                      const KvCache& cache, const TensorView& workspace,
+                                      const Stream& stream);
+
 // The unfused path (src/decode/cuda/unfused_decode_cuda.cc): planned once (cuBLASLt
 // descriptors and algorithms for every batch up to max_batch), then run per step.
 struct UnfusedPlan;

@@ -5,8 +5,7 @@
 // `tessera tune decode`: the same timing for every cluster size; the fastest goes to the table.
 // `tessera bench cluster`: ClusterReduce / ClusterGather over DSMEM against the same through
 // global memory (ClusterFusion's Table 1), 256 B to 64 KB, cluster sizes 2 to 16.
-// Cases: "<model> b<batch> ctx<context>"; every sequence attends over `context` tokens. MLA
-// (deepseek-v2-lite) has the fused kernel only: its unfused cases print why and are skipped.
+// Cases: "<model> b<batch> ctx<context>"; every sequence attends over `context` tokens.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -177,7 +176,7 @@ DecodeResult time_case(const decode::ModelConfig& m, int64_t batch, int64_t cont
 
 int run_bench_decode(const std::vector<std::string>& args, int, char**) {
   Options opt("bench decode",
-              {{"models", "llama2-7b,llama3-8b,deepseek-v2-lite", "models (llama2-7b, llama3-8b, deepseek-v2-lite: MLA, fused only)"},
+              {{"models", "llama2-7b,llama3-8b,deepseek-v2-lite", "models (llama2-7b, llama3-8b, deepseek-v2-lite: MLA)"},
                {"batches", "1,16", "batch sizes"},
                {"contexts", "1024,4096,16384,32768", "context lengths (tokens attended)"},
                {"cluster-sizes", "auto", "auto, or a list to sweep (1,2,4,8,16)"},

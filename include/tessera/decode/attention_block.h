@@ -31,8 +31,9 @@
 // Not modelled: DeepSeek-V2-Lite's yarn RoPE scaling (its frequency ramp and the mscale factor
 // on the softmax scale): rope_inv_freq is the unscaled theta^(-2i/Dr). kLatent plans run the
 // fused MLA dataflow (a cluster a query head, src/decode/split_geometry.h): on cuda its kernel
-// (kernels/decode/mla_sm90.cuh; there is no unfused cuda path yet), on the cpu its float32
-// emulation; unfused on the cpu, the float64 reference (src/decode/latent_reference.h).
+// (kernels/decode/mla_sm90.cuh), on the cpu its float32 emulation; unfused, on cuda cuBLASLt
+// projections around MLA split-KV attention (kernels/decode/mla_unfused_launch.h), on the cpu
+// the float64 reference (src/decode/latent_reference.h).
 //
 // Fused dataflow (cuda, kernels/decode/): one thread-block cluster per KV head, so K and V
 // are read once for the group's query heads. CTA r of N takes the hidden slice
@@ -61,7 +62,8 @@
 namespace tessera::decode {
 
 namespace detail {
-struct UnfusedPlan;  // the cuda unfused path's cuBLASLt plans (src/decode/cuda/)
+struct UnfusedPlan;     // the cuda unfused path's cuBLASLt plans (src/decode/cuda/)
+struct MlaUnfusedPlan;  // the same for MLA
 }
 
 struct AttentionWeights {
@@ -104,8 +106,7 @@ struct DecodeStep {
 // kAuto: fused where the fused kernel takes the shape (head_dim 128, 1/2/4/8 query heads per
 // KV head, hidden a multiple of 128), else unfused. kUnfused: cuBLASLt projections, a RoPE and
 // cache-append kernel and split-KV attention (cuda); the float64 reference (cpu). MLA plans
-// run as above: fused on cuda (kUnfused refused there), the emulated split or the reference on
-// the cpu.
+// run as above (kAuto: fused).
 enum class DecodeImpl { kAuto, kFused, kUnfused };
 
 struct AttentionBlockOptions {
@@ -153,6 +154,7 @@ class AttentionBlock {
   std::string cluster_source_ = "given";  // "given", "tuned" or "cost model"
   std::vector<float> inv_freq_;  // RoPE's, computed once here so run() allocates nothing
   std::shared_ptr<detail::UnfusedPlan> unfused_;  // set when the cuda plan runs unfused
+  std::shared_ptr<detail::MlaUnfusedPlan> mla_unfused_;  // the same for MLA
 };
 
 }  // namespace tessera::decode

@@ -1,0 +1,276 @@
+// The unfused MLA decode block's kernels (mla_unfused_launch.h). Plain CUDA-core kernels: the
+// baseline pipeline SGLang and vLLM run around their MLA attention (GEMMs and small kernels,
+// each through global memory), with every order fixed so the result is the same run to run.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cluster/cluster_collectives.cuh"
+#include "decode/decode_device.cuh"
+#include "decode/mla_unfused_launch.h"
+#include "tessera/runtime/cuda_check.h"
+
+namespace tessera::decode::kernels {
+namespace {
+
+namespace cl = tessera::cluster;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBatchChunk = 8;    // sequences one CTA of the per-head products takes
+constexpr int kTileRows = 16;     // latent rows staged in shared memory at a time
+constexpr int kHeadsPerWarp = 2;  // the attention: a warp's heads (16 a CTA pass)
+constexpr int kPerLane = kMlaMaxRowWidth / 32;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNoKey = -__builtin_huge_valf();
+
+__device__ inline float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <typename T>
+__device__ T* latent_row(const MlaUnfusedParams& p, int b, int64_t t) {
+  const int width = p.rank + p.rope;
+  int64_t row;
+  if (p.page_table == nullptr) {
+    row = int64_t(b) * p.context_stride + t;
+  } else {
+    const int64_t slot = t / p.page_size;
+    const int32_t page = p.page_table[int64_t(b) * p.pages_per_seq + slot];
+    if (page < 0 || page >= p.num_pages) bad_page(b, slot, page, p.num_pages);
+    row = int64_t(page) * p.page_size + t % p.page_size;
+  }
+  return static_cast<T*>(p.cache) + row * width;
+}
+
+// One CTA a sequence: the latent row's norm (a block reduction in thread order), RoPE, the
+// append; then the queries' rope parts.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) latent_append_kernel(const MlaUnfusedParams p) {
+  __shared__ float scratch[32];
+  const int b = blockIdx.x, width = p.rank + p.rope, pos = p.positions[b];
+  T* lat = static_cast<T*>(p.lat) + int64_t(b) * width;
+  float sq = 0.f;
+  for (int j = threadIdx.x; j < p.rank; j += kThreads) {
+    const float c = cl::to_f32(lat[j]);
+    sq += c * c;
+  }
+  const float rstd = rsqrtf(cl::block_reduce(sq, cl::SumOp{}, scratch) / float(p.rank) + p.rms_eps);
+  T* dst = latent_row<T>(p, b, pos);
+  for (int j = threadIdx.x; j < p.rank; j += kThreads)
+    dst[j] = cl::from_f32<T>(cl::to_f32(lat[j]) * rstd * cl::to_f32(static_cast<const T*>(p.kv_a_norm)[j]));
+  const int pairs = p.rope / 2, dq = p.nope + p.rope;
+  for (int i = threadIdx.x; i < (p.num_heads + 1) * pairs; i += kThreads) {
+    const int h = i / pairs, k = i % pairs;  // h == num_heads: the latent row's kr
+    float sn, cs;
+    sincosf(float(pos) * p.inv_freq[k], &sn, &cs);
+    T* x = h < p.num_heads ? static_cast<T*>(p.q) + int64_t(b) * p.num_heads * dq + h * dq + p.nope
+                           : lat + p.rank;
+    const float x0 = cl::to_f32(x[2 * k]), x1 = cl::to_f32(x[2 * k + 1]);
+    T* out = h < p.num_heads ? x : dst + p.rank;
+    out[2 * k] = cl::from_f32<T>(x0 * cs - x1 * sn);
+    out[2 * k + 1] = cl::from_f32<T>(x0 * sn + x1 * cs);
+  }
+}
+
+// ql[b][h][j] = sum_i qn[b][h][i] W_UK_h[i][j]: grid (heads, R / kThreads rounded up, batch
+// chunks); a thread an entry j for a chunk of sequences.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) absorb_kernel(const MlaUnfusedParams p) {
+  const int h = blockIdx.x, j = blockIdx.y * kThreads + threadIdx.x, b0 = blockIdx.z * kBatchChunk;
+  if (j >= p.rank) return;
+  const int nb = min(kBatchChunk, p.batch - b0), dq = p.nope + p.rope;
+  const T* w = static_cast<const T*>(p.wkv_b) + int64_t(h) * (p.nope + p.v_dim) * p.rank + j;
+  const T* q = static_cast<const T*>(p.q) + (int64_t(b0) * p.num_heads + h) * dq;
+  float acc[kBatchChunk] = {};
+  for (int i = 0; i < p.nope; ++i) {
+    const float wf = cl::to_f32(w[int64_t(i) * p.rank]);
+#pragma unroll
+    for (int b = 0; b < kBatchChunk; ++b)
+      if (b < nb) acc[b] += cl::to_f32(q[int64_t(b) * p.num_heads * dq + i]) * wf;
+  }
+#pragma unroll
+  for (int b = 0; b < kBatchChunk; ++b)
+    if (b < nb) p.ql[(int64_t(b0 + b) * p.num_heads + h) * p.rank + j] = acc[b];
+}
+
+// grid (splits, batch): CTA s takes token chunk s of sequence b's rows [0, positions[b]] and
+// every head, 16 at a time (two a warp): rows staged in shared memory kTileRows at a time, each
+// read once for the 16 heads; online softmax in the log2 domain; partials (o / l, log2 l + m).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) split_attention_kernel(const MlaUnfusedParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* tile = reinterpret_cast<T*>(smem);  // [kTileRows][width]
+  const int split = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int width = p.rank + p.rope, dq = p.nope + p.rope;
+  const int64_t len = int64_t(p.positions[b]) + 1;
+  const int64_t chunk = (len + p.splits - 1) / p.splits;
+  const int64_t begin = min(len, split * chunk), end = min(len, begin + chunk);
+  const float scale = p.softmax_scale * kLog2e;
+  for (int h0 = 0; h0 < p.num_heads; h0 += kWarps * kHeadsPerWarp) {
+    float q[kHeadsPerWarp][kPerLane], o[kHeadsPerWarp][kPerLane], m[kHeadsPerWarp], l[kHeadsPerWarp];
+#pragma unroll
+    for (int e = 0; e < kHeadsPerWarp; ++e) {
+      const int h = h0 + warp * kHeadsPerWarp + e;
+      m[e] = kNoKey;
+      l[e] = 0.f;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int j = lane + 32 * k;
+        float v = 0.f;
+        if (h < p.num_heads && j < p.rank) v = p.ql[(int64_t(b) * p.num_heads + h) * p.rank + j];
+        else if (h < p.num_heads && j < width)
+          v = cl::to_f32(static_cast<const T*>(p.q)[(int64_t(b) * p.num_heads + h) * dq + p.nope + j - p.rank]);
+        q[e][k] = v * scale;
+        o[e][k] = 0.f;
+      }
+    }
+    for (int64_t t0 = begin; t0 < end; t0 += kTileRows) {
+      const int rows = int(min(int64_t(kTileRows), end - t0));
+      __syncthreads();  // the previous tile is read
+      for (int i = threadIdx.x; i < rows * width; i += kThreads)
+        tile[i] = latent_row<T>(p, b, t0 + i / width)[i % width];
+      __syncthreads();
+      for (int r = 0; r < rows; ++r) {
+        float v[kPerLane];
+#pragma unroll
+        for (int k = 0; k < kPerLane; ++k) {
+          const int j = lane + 32 * k;
+          v[k] = j < width ? cl::to_f32(tile[r * width + j]) : 0.f;
+        }
+#pragma unroll
+        for (int e = 0; e < kHeadsPerWarp; ++e) {
+          float s = 0.f;
+#pragma unroll
+          for (int k = 0; k < kPerLane; ++k) s += q[e][k] * v[k];
+          s = warp_sum(s);
+          const float m_new = fmaxf(m[e], s);
+          const float corr = rescale(m[e], m_new), pr = exp2f(s - m_new);
+          l[e] = l[e] * corr + pr;
+#pragma unroll
+          for (int k = 0; k < kPerLane; ++k) o[e][k] = o[e][k] * corr + pr * v[k];
+          m[e] = m_new;
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kHeadsPerWarp; ++e) {
+      const int h = h0 + warp * kHeadsPerWarp + e;
+      if (h >= p.num_heads) continue;
+      const int64_t bhs = (int64_t(b) * p.num_heads + h) * p.splits + split;
+#pragma unroll
+      for (int k = 0; k < kPerLane; ++k) {
+        const int j = lane + 32 * k;
+        if (j < p.rank) p.partial_o[bhs * p.rank + j] = l[e] > 0.f ? o[e][k] / l[e] : 0.f;
+      }
+      if (lane == 0) p.partial_lse[bhs] = l[e] > 0.f ? m[e] + log2f(l[e]) : kNoKey;
+    }
+  }
+}
+
+// o_lat[b][h] = sum over splits of o_s 2^(lse_s - lse_max), over the same sum of weights; in
+// split order. One CTA a (sequence, head).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) merge_kernel(const MlaUnfusedParams p) {
+  const int64_t bh = blockIdx.x;
+  float lse_max = kNoKey;
+  for (int s = 0; s < p.splits; ++s) lse_max = fmaxf(lse_max, p.partial_lse[bh * p.splits + s]);
+  float denom = 0.f;
+  for (int s = 0; s < p.splits; ++s) denom += rescale(p.partial_lse[bh * p.splits + s], lse_max);
+  for (int j = threadIdx.x; j < p.rank; j += kThreads) {
+    float acc = 0.f;
+    for (int s = 0; s < p.splits; ++s)
+      acc += p.partial_o[(bh * p.splits + s) * p.rank + j] * rescale(p.partial_lse[bh * p.splits + s], lse_max);
+    static_cast<T*>(p.o_lat)[bh * p.rank + j] = cl::from_f32<T>(denom > 0.f ? acc / denom : 0.f);
+  }
+}
+
+// o_heads[b][h][i] = sum_j W_UV_h[i][j] o_lat[b][h][j]: a warp a row i of a head, for a chunk
+// of sequences; grid (heads * Dv / kWarps rounded up, batch chunks).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) value_up_kernel(const MlaUnfusedParams p) {
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= p.num_heads * p.v_dim) return;
+  const int h = row / p.v_dim, i = row % p.v_dim, b0 = blockIdx.y * kBatchChunk;
+  const int nb = min(kBatchChunk, p.batch - b0);
+  const T* w = static_cast<const T*>(p.wkv_b) + (int64_t(h) * (p.nope + p.v_dim) + p.nope + i) * p.rank;
+  float acc[kBatchChunk] = {};
+  for (int j = lane; j < p.rank; j += 32) {
+    const float wf = cl::to_f32(w[j]);
+#pragma unroll
+    for (int b = 0; b < kBatchChunk; ++b)
+      if (b < nb)
+        acc[b] += wf * cl::to_f32(static_cast<const T*>(p.o_lat)[(int64_t(b0 + b) * p.num_heads + h) * p.rank + j]);
+  }
+#pragma unroll
+  for (int b = 0; b < kBatchChunk; ++b) {
+    const float sum = warp_sum(acc[b]);
+    if (lane == 0 && b < nb)
+      static_cast<T*>(p.o_heads)[(int64_t(b0 + b) * p.num_heads + h) * p.v_dim + i] = cl::from_f32<T>(sum);
+  }
+}
+
+template <template <typename> class Kernel>
+void launch(const MlaUnfusedParams& p, dim3 grid, size_t smem, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (p.element == Element::kBF16) Kernel<__nv_bfloat16>::launch(p, grid, smem, s);
+  else Kernel<__half>::launch(p, grid, smem, s);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+// Launchers of each kernel template for launch<>.
+template <typename T>
+struct LatentAppend {
+  static void launch(const MlaUnfusedParams& p, dim3 g, size_t, cudaStream_t s) {
+    latent_append_kernel<T><<<g, kThreads, 0, s>>>(p);
+  }
+};
+template <typename T>
+struct Absorb {
+  static void launch(const MlaUnfusedParams& p, dim3 g, size_t, cudaStream_t s) {
+    absorb_kernel<T><<<g, kThreads, 0, s>>>(p);
+  }
+};
+template <typename T>
+struct SplitAttention {
+  static void launch(const MlaUnfusedParams& p, dim3 g, size_t smem, cudaStream_t s) {
+    split_attention_kernel<T><<<g, kThreads, smem, s>>>(p);
+    merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, 0, s>>>(p);
+  }
+};
+template <typename T>
+struct ValueUp {
+  static void launch(const MlaUnfusedParams& p, dim3 g, size_t, cudaStream_t s) {
+    value_up_kernel<T><<<g, kThreads, 0, s>>>(p);
+  }
+};
+
+unsigned batch_chunks(const MlaUnfusedParams& p) {
+  return unsigned((p.batch + kBatchChunk - 1) / kBatchChunk);
+}
+
+}  // namespace
+
+void launch_mla_latent_append(const MlaUnfusedParams& p, void* stream) {
+  launch<LatentAppend>(p, dim3(unsigned(p.batch)), 0, stream);
+}
+
+void launch_mla_absorb(const MlaUnfusedParams& p, void* stream) {
+  launch<Absorb>(p, dim3(unsigned(p.num_heads), unsigned((p.rank + kThreads - 1) / kThreads), batch_chunks(p)),
+                 0, stream);
+}
+
+void launch_mla_split_attention(const MlaUnfusedParams& p, void* stream) {
+  const size_t smem = size_t(kTileRows) * (p.rank + p.rope) * 2;  // 2-byte elements
+  launch<SplitAttention>(p, dim3(unsigned(p.splits), unsigned(p.batch)), smem, stream);
+}
+
+void launch_mla_value_up(const MlaUnfusedParams& p, void* stream) {
+  launch<ValueUp>(p, dim3(unsigned((p.num_heads * p.v_dim + kWarps - 1) / kWarps), batch_chunks(p)),
+                  0, stream);
+}
+
+}  // namespace tessera::decode::kernels

@@ -1,0 +1,129 @@
+// The unfused MLA decode block on cuda: RMSNorm, the Wq and Wkv_a projections (cuBLASLt), the
+// latent row's norm, RoPE and append, the absorbed query, split-KV attention over the latent
+// rows with its merge, the value up-projection, the output projection (cuBLASLt): the pipeline
+// the fused MLA kernel is measured against (kernels/decode/mla_unfused_launch.h).
+#include <algorithm>
+#include <cmath>
+
+#include "decode/cuda/blaslt_linear.h"
+#include "decode/decode_backend.h"
+#include "decode/mla_unfused_launch.h"
+#include "decode/unfused_launch.h"
+#include "gemm/cuda/blaslt.h"
+
+namespace tessera::decode::detail {
+
+struct MlaUnfusedPlan {
+  AttentionBlockOptions options;
+  int splits = 1;
+  std::unique_ptr<BlasLtLinear> q_proj, kv_a_proj, o_proj;
+  // Workspace offsets in bytes.
+  size_t xn = 0, q = 0, lat = 0, ql = 0, partial_o = 0, partial_lse = 0, o_lat = 0, o_heads = 0;
+  size_t blas = 0, total = 0;
+};
+
+namespace {
+
+size_t take(size_t& cursor, size_t bytes) {
+  const size_t at = cursor;
+  cursor += (bytes + 255) / 256 * 256;
+  return at;
+}
+
+}  // namespace
+
+std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOptions& o) {
+  const ModelConfig& m = o.model;
+  auto plan = std::make_shared<MlaUnfusedPlan>();
+  plan->options = o;
+  // Enough (sequence, split) CTAs for two waves, splits of at least 128 rows.
+  plan->splits = int(std::clamp<int64_t>((2 * cuda_multiprocessor_count() + o.max_batch - 1) / o.max_batch,
+                                         1, std::max<int64_t>(1, o.max_context / 128)));
+  const size_t e = dtype_size(o.dtype), b = size_t(o.max_batch), h = size_t(m.num_heads);
+  const int64_t q_rows = m.num_heads * (m.nope_head_dim + m.rope_head_dim);
+  const int64_t width = m.kv_lora_rank + m.rope_head_dim, rank = m.kv_lora_rank;
+  size_t cursor = 0;
+  plan->xn = take(cursor, b * m.hidden * e);
+  plan->q = take(cursor, b * q_rows * e);
+  plan->lat = take(cursor, b * width * e);
+  plan->ql = take(cursor, b * h * rank * 4);
+  plan->partial_o = take(cursor, b * h * plan->splits * rank * 4);
+  plan->partial_lse = take(cursor, b * h * plan->splits * 4);
+  plan->o_lat = take(cursor, b * h * rank * e);
+  plan->o_heads = take(cursor, b * h * m.v_head_dim * e);
+  plan->blas = take(cursor, BlasLtLinear::kWorkspaceBytes);
+  plan->total = cursor;
+  cublasLtHandle_t handle = gemm::blaslt_handle();
+  plan->q_proj = std::make_unique<BlasLtLinear>(handle, o.dtype, q_rows, m.hidden, o.max_batch);
+  plan->kv_a_proj = std::make_unique<BlasLtLinear>(handle, o.dtype, width, m.hidden, o.max_batch);
+  plan->o_proj = std::make_unique<BlasLtLinear>(handle, o.dtype, m.hidden,
+                                                m.num_heads * m.v_head_dim, o.max_batch);
+  return plan;
+}
+
+size_t cuda_mla_unfused_workspace_bytes(const MlaUnfusedPlan& plan) { return plan.total; }
+
+void cuda_mla_unfused_attention_block(const MlaUnfusedPlan& plan, std::span<const float> inv_freq,
+                                      const DecodeStep& step, const LatentAttentionWeights& w,
+                                      const KvCache& cache, const TensorView& workspace,
+                                      const Stream& stream) {
+  const ModelConfig& m = plan.options.model;
+  const kernels::Element element =
+      plan.options.dtype == DType::kBF16 ? kernels::Element::kBF16 : kernels::Element::kF16;
+  char* ws = static_cast<char*>(workspace.data());
+  const int batch = int(step.x.size(0));
+  auto s = static_cast<cudaStream_t>(stream.cuda_stream());
+  void* blas_ws = ws + plan.blas;
+
+  kernels::UnfusedDecodeParams norm;  // the grouped path's RMSNorm: x -> xn
+  norm.element = element;
+  norm.batch = batch;
+  norm.hidden = int(m.hidden);
+  norm.x = step.x.data();
+  norm.input_norm = w.input_norm.empty() ? nullptr : w.input_norm.data();
+  norm.rms_eps = m.rms_norm_eps;
+  norm.xn = ws + plan.xn;
+  kernels::launch_rmsnorm(norm, s);
+
+  kernels::MlaUnfusedParams p;
+  p.element = element;
+  p.batch = batch;
+  p.num_heads = int(m.num_heads);
+  p.rank = int(m.kv_lora_rank);
+  p.nope = int(m.nope_head_dim);
+  p.rope = int(m.rope_head_dim);
+  p.v_dim = int(m.v_head_dim);
+  p.q = ws + plan.q;
+  p.lat = ws + plan.lat;
+  p.kv_a_norm = w.kv_a_norm.data();
+  p.rms_eps = m.rms_norm_eps;
+  p.wkv_b = w.wkv_b.data();
+  p.cache = cache.k.data();
+  if (!cache.page_table.empty()) {
+    p.page_table = cache.page_table.data_as<const int32_t>();
+    p.pages_per_seq = cache.page_table.size(1);
+    p.num_pages = cache.k.size(0);
+    p.page_size = cache.k.size(1);
+  } else {
+    p.context_stride = cache.k.size(1);
+  }
+  p.positions = step.positions.data_as<const int32_t>();
+  p.softmax_scale = 1.0f / std::sqrt(float(m.nope_head_dim + m.rope_head_dim));
+  std::copy(inv_freq.begin(), inv_freq.end(), p.inv_freq);
+  p.ql = reinterpret_cast<float*>(ws + plan.ql);
+  p.splits = plan.splits;
+  p.partial_o = reinterpret_cast<float*>(ws + plan.partial_o);
+  p.partial_lse = reinterpret_cast<float*>(ws + plan.partial_lse);
+  p.o_lat = ws + plan.o_lat;
+  p.o_heads = ws + plan.o_heads;
+
+  plan.q_proj->run(norm.xn, w.wq.data(), p.q, batch, blas_ws, s);
+  plan.kv_a_proj->run(norm.xn, w.wkv_a.data(), p.lat, batch, blas_ws, s);
+  kernels::launch_mla_latent_append(p, s);
+  kernels::launch_mla_absorb(p, s);
+  kernels::launch_mla_split_attention(p, s);
+  kernels::launch_mla_value_up(p, s);
+  plan.o_proj->run(p.o_heads, w.wo.data(), step.out.data(), batch, blas_ws, s);
+}
+
+}  // namespace tessera::decode::detail
