@@ -255,8 +255,11 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
       const std::optional<int> tuned =
           tuned_cluster_size(read_tune_table(tune_table_path()), detail::cuda_device_name(),
                              m.name, options.max_batch, options.max_context);
-      if (tuned && !latent && divides_hidden(m.hidden, *tuned, cuda) &&
-          detail::cuda_max_active_clusters(options, *tuned) > 0) {
+      const bool cuts =
+          tuned && (latent ? latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim,
+                                                    m.rope_head_dim, *tuned)
+                           : divides_hidden(m.hidden, *tuned, cuda));
+      if (cuts && detail::cuda_max_active_clusters(options, *tuned) > 0) {
         cluster_size_ = *tuned;
         cluster_source_ = "tuned";
       }

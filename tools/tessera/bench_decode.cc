@@ -251,7 +251,7 @@ int run_bench_decode(const std::vector<std::string>& args, int, char**) {
 // `tessera tune decode`: times every launchable cluster size per (model, batch, context) and
 // writes the fastest to the tune table (tune_table.h) that plans with cluster_size 0 read.
 int run_tune_decode(const std::vector<std::string>& args, int, char**) {
-  Options opt("tune decode", {{"models", "llama2-7b,llama3-8b", "models"},
+  Options opt("tune decode", {{"models", "llama2-7b,llama3-8b,deepseek-v2-lite", "models"},
                               {"batches", "1,4,16,64", "batch sizes"},
                               {"contexts", "1024,4096,16384,32768", "context lengths"},
                               {"candidates", "1,2,4,8,16", "cluster sizes to time"},
