@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include "decode/cluster_launch.cuh"
 #include "decode/decode_sm90.cuh"
 #include "tessera/runtime/cuda_check.h"
 
@@ -28,41 +29,12 @@ void* select_kernel(int group, int batch) {
   }
 }
 
-inline cudaLaunchConfig_t cluster_config(int cluster_size, int clusters, int batch_tiles,
-                                         int smem, cudaStream_t stream, cudaLaunchAttribute* attr) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(cluster_size * clusters, batch_tiles);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = cluster_size;
-  attr->val.clusterDim.y = attr->val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return config;
-}
-
-inline void prepare_kernel(void* kernel, int smem, int cluster_size) {
-  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  if (cluster_size > 8)
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-}
-
 template <typename T>
 int max_active_clusters(int group, int batch, int hidden, int cluster_size) {
   void* kernel = select_kernel<T>(group, batch);
   const int smem = fused_decode_smem_bytes(group, batch, hidden, cluster_size);
   if (kernel == nullptr || smem > kMaxSmemBytes) return 0;
-  prepare_kernel(kernel, smem, cluster_size);
-  cudaLaunchAttribute attr{};
-  cudaLaunchConfig_t config = cluster_config(cluster_size, 1, 1, smem, nullptr, &attr);
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();  // an unlaunchable size reads as 0 clusters
-    return 0;
-  }
-  return clusters;
+  return max_active_clusters_of(kernel, kThreads, smem, cluster_size);
 }
 
 template <typename T>
@@ -74,11 +46,11 @@ void launch(const FusedDecodeParams& p, cudaStream_t stream) {
   TESSERA_CHECK(smem <= kMaxSmemBytes, ErrorCode::kUnsupported, "fused decode: cluster_size = ",
                 p.cluster_size, " leaves a hidden slice whose kernel needs ", smem,
                 " bytes of shared memory (at most ", kMaxSmemBytes, "): use a larger cluster");
-  prepare_kernel(kernel, smem, p.cluster_size);
+  prepare_cluster_kernel(kernel, smem, p.cluster_size);
   const int tile = fused_decode_batch_tile(p.group, p.batch);
   cudaLaunchAttribute attr{};
   cudaLaunchConfig_t config = cluster_config(p.cluster_size, p.num_kv_heads,
-                                             (p.batch + tile - 1) / tile, smem, stream, &attr);
+                                             (p.batch + tile - 1) / tile, kThreads, smem, stream, &attr);
   void* args[] = {const_cast<FusedDecodeParams*>(&p)};
   TESSERA_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "decode/cluster_launch.cuh"
 #include "decode/mla_launch.h"
 #include "decode/mla_sm90.cuh"
 #include "decode/sum_heads.cuh"
@@ -27,35 +28,15 @@ int smem_bytes(int hidden, int rank, int nope, int rope, int v_dim) {
   return mla_smem_layout(hidden, rank, nope, rope, v_dim, 2).total;
 }
 
-void prepare_kernel(void* kernel, int smem, int cluster_size) {
-  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  if (cluster_size > 8)
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-}
-
-cudaLaunchConfig_t cluster_config(int cluster_size, int heads, int batch_tiles, int smem,
-                                  cudaStream_t stream, cudaLaunchAttribute* attr) {
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(cluster_size * heads), unsigned(batch_tiles));
-  config.blockDim = dim3(kMlaThreads);
-  config.dynamicSmemBytes = size_t(smem);
-  config.stream = stream;
-  attr->id = cudaLaunchAttributeClusterDimension;
-  attr->val.clusterDim.x = unsigned(cluster_size);
-  attr->val.clusterDim.y = attr->val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return config;
-}
-
 template <typename T>
 void launch_typed(const MlaDecodeParams& p, cudaStream_t stream) {
   void* kernel = kernel_address<T>();
   const int smem = smem_bytes(p.hidden, p.rank, p.nope, p.rope, p.v_dim);
-  prepare_kernel(kernel, smem, p.cluster_size);
+  prepare_cluster_kernel(kernel, smem, p.cluster_size);
   cudaLaunchAttribute attr{};
   const int tiles = (p.batch + kMlaBatchTile - 1) / kMlaBatchTile;
-  cudaLaunchConfig_t config = cluster_config(p.cluster_size, p.num_heads, tiles, smem, stream, &attr);
+  cudaLaunchConfig_t config =
+      cluster_config(p.cluster_size, p.num_heads, tiles, kMlaThreads, smem, stream, &attr);
   void* args[] = {const_cast<MlaDecodeParams*>(&p)};
   TESSERA_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
   const int64_t elems = int64_t(p.batch) * p.hidden;
@@ -78,18 +59,9 @@ const char* mla_decode_unsupported(int hidden, int rank, int nope, int rope, int
 
 int mla_decode_max_active_clusters(Element element, int hidden, int rank, int nope, int rope,
                                    int v_dim, int cluster_size) {
-  void* kernel = select_kernel(element);
   const int smem = smem_bytes(hidden, rank, nope, rope, v_dim);
   if (smem > kMaxSmemBytes) return 0;
-  prepare_kernel(kernel, smem, cluster_size);
-  cudaLaunchAttribute attr{};
-  cudaLaunchConfig_t config = cluster_config(cluster_size, 1, 1, smem, nullptr, &attr);
-  int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    (void)cudaGetLastError();  // an unlaunchable size reads as 0 clusters
-    return 0;
-  }
-  return clusters;
+  return max_active_clusters_of(select_kernel(element), kMlaThreads, smem, cluster_size);
 }
 
 void launch_mla_decode(const MlaDecodeParams& p, void* cuda_stream) {

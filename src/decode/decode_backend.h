@@ -2,6 +2,8 @@
 // Implemented in src/decode/cuda/ (built only with TESSERA_CUDA=ON).
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -11,6 +13,34 @@
 namespace tessera::decode::detail {
 
 #ifdef TESSERA_WITH_CUDA
+// The cache layout fields every kernel parameter struct has (page_table, pages_per_seq,
+// num_pages, page_size for a paged cache, context_stride for a contiguous one, and max_context
+// where the struct has it: the plan's bound, or what the cache holds if less), from `cache`.
+template <typename Params>
+void set_cache_layout(const KvCache& cache, int64_t plan_max_context, Params& p) {
+  int64_t holds;
+  if (!cache.page_table.empty()) {
+    p.page_table = cache.page_table.data_as<const int32_t>();
+    p.pages_per_seq = cache.page_table.size(1);
+    p.num_pages = cache.k.size(0);
+    p.page_size = cache.k.size(1);
+    holds = p.pages_per_seq * p.page_size;
+  } else {
+    p.context_stride = cache.k.size(1);
+    holds = p.context_stride;
+  }
+  if constexpr (requires { p.max_context; }) p.max_context = std::min(holds, plan_max_context);
+  (void)holds;
+  (void)plan_max_context;
+}
+
+// A 256-byte aligned slot of `bytes` in a workspace being laid out; returns its offset.
+inline size_t workspace_slot(size_t& cursor, size_t bytes) {
+  const size_t at = cursor;
+  cursor += (bytes + 255) / 256 * 256;
+  return at;
+}
+
 // Clusters of `cluster_size` that can run at once for this plan on the current device (0:
 // the size cannot be launched: too few SMs in a GPC, or not enough shared memory).
 int cuda_max_active_clusters(const AttentionBlockOptions& options, int cluster_size);

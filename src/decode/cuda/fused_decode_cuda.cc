@@ -67,17 +67,7 @@ void cuda_fused_attention_block(const AttentionBlockOptions& o, int cluster_size
   p.wo = w.wo.data();
   p.k_cache = cache.k.data();
   p.v_cache = cache.v.data();
-  if (!cache.page_table.empty()) {
-    p.page_table = cache.page_table.data_as<const int32_t>();
-    p.pages_per_seq = cache.page_table.size(1);
-    p.num_pages = cache.k.size(0);
-    p.page_size = cache.k.size(1);
-    p.max_context = p.pages_per_seq * p.page_size;
-  } else {
-    p.context_stride = cache.k.size(1);
-    p.max_context = p.context_stride;
-  }
-  p.max_context = std::min<int64_t>(p.max_context, o.max_context);
+  set_cache_layout(cache, o.max_context, p);
   p.positions = step.positions.data_as<const int32_t>();
   p.softmax_scale = 1.0f / std::sqrt(float(o.model.head_dim));
   std::copy(inv_freq.begin(), inv_freq.end(), p.inv_freq);

@@ -22,16 +22,6 @@ struct MlaUnfusedPlan {
   size_t blas = 0, total = 0;
 };
 
-namespace {
-
-size_t take(size_t& cursor, size_t bytes) {
-  const size_t at = cursor;
-  cursor += (bytes + 255) / 256 * 256;
-  return at;
-}
-
-}  // namespace
-
 std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOptions& o) {
   const ModelConfig& m = o.model;
   auto plan = std::make_shared<MlaUnfusedPlan>();
@@ -43,15 +33,15 @@ std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOption
   const int64_t q_rows = m.num_heads * (m.nope_head_dim + m.rope_head_dim);
   const int64_t width = m.kv_lora_rank + m.rope_head_dim, rank = m.kv_lora_rank;
   size_t cursor = 0;
-  plan->xn = take(cursor, b * m.hidden * e);
-  plan->q = take(cursor, b * q_rows * e);
-  plan->lat = take(cursor, b * width * e);
-  plan->ql = take(cursor, b * h * rank * 4);
-  plan->partial_o = take(cursor, b * h * plan->splits * rank * 4);
-  plan->partial_lse = take(cursor, b * h * plan->splits * 4);
-  plan->o_lat = take(cursor, b * h * rank * e);
-  plan->o_heads = take(cursor, b * h * m.v_head_dim * e);
-  plan->blas = take(cursor, BlasLtLinear::kWorkspaceBytes);
+  plan->xn = workspace_slot(cursor, b * m.hidden * e);
+  plan->q = workspace_slot(cursor, b * q_rows * e);
+  plan->lat = workspace_slot(cursor, b * width * e);
+  plan->ql = workspace_slot(cursor, b * h * rank * 4);
+  plan->partial_o = workspace_slot(cursor, b * h * plan->splits * rank * 4);
+  plan->partial_lse = workspace_slot(cursor, b * h * plan->splits * 4);
+  plan->o_lat = workspace_slot(cursor, b * h * rank * e);
+  plan->o_heads = workspace_slot(cursor, b * h * m.v_head_dim * e);
+  plan->blas = workspace_slot(cursor, BlasLtLinear::kWorkspaceBytes);
   plan->total = cursor;
   cublasLtHandle_t handle = gemm::blaslt_handle();
   plan->q_proj = std::make_unique<BlasLtLinear>(handle, o.dtype, q_rows, m.hidden, o.max_batch);
@@ -99,14 +89,7 @@ void cuda_mla_unfused_attention_block(const MlaUnfusedPlan& plan, std::span<cons
   p.rms_eps = m.rms_norm_eps;
   p.wkv_b = w.wkv_b.data();
   p.cache = cache.k.data();
-  if (!cache.page_table.empty()) {
-    p.page_table = cache.page_table.data_as<const int32_t>();
-    p.pages_per_seq = cache.page_table.size(1);
-    p.num_pages = cache.k.size(0);
-    p.page_size = cache.k.size(1);
-  } else {
-    p.context_stride = cache.k.size(1);
-  }
+  set_cache_layout(cache, plan.options.max_context, p);
   p.positions = step.positions.data_as<const int32_t>();
   p.softmax_scale = 1.0f / std::sqrt(float(m.nope_head_dim + m.rope_head_dim));
   std::copy(inv_freq.begin(), inv_freq.end(), p.inv_freq);

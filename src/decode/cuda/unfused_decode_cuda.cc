@@ -20,16 +20,6 @@ struct UnfusedPlan {
   size_t xn = 0, q = 0, k = 0, v = 0, partial_o = 0, partial_lse = 0, o = 0, blas = 0, total = 0;
 };
 
-namespace {
-
-size_t take(size_t& cursor, size_t bytes) {
-  const size_t at = cursor;
-  cursor += (bytes + 255) / 256 * 256;
-  return at;
-}
-
-}  // namespace
-
 std::shared_ptr<UnfusedPlan> cuda_plan_unfused(const AttentionBlockOptions& o) {
   const ModelConfig& m = o.model;
   TESSERA_CHECK(kernels::unfused_decode_supported(int(m.head_dim), int(m.group_size())),
@@ -45,14 +35,14 @@ std::shared_ptr<UnfusedPlan> cuda_plan_unfused(const AttentionBlockOptions& o) {
   const size_t e = dtype_size(o.dtype), b = size_t(o.max_batch);
   const int64_t q_rows = m.num_heads * m.head_dim, kv_rows = m.num_kv_heads * m.head_dim;
   size_t cursor = 0;
-  plan->xn = take(cursor, b * m.hidden * e);
-  plan->q = take(cursor, b * q_rows * e);
-  plan->k = take(cursor, b * kv_rows * e);
-  plan->v = take(cursor, b * kv_rows * e);
-  plan->partial_o = take(cursor, b * q_rows * plan->splits * 4);
-  plan->partial_lse = take(cursor, b * m.num_heads * plan->splits * 4);
-  plan->o = take(cursor, b * q_rows * e);
-  plan->blas = take(cursor, BlasLtLinear::kWorkspaceBytes);
+  plan->xn = workspace_slot(cursor, b * m.hidden * e);
+  plan->q = workspace_slot(cursor, b * q_rows * e);
+  plan->k = workspace_slot(cursor, b * kv_rows * e);
+  plan->v = workspace_slot(cursor, b * kv_rows * e);
+  plan->partial_o = workspace_slot(cursor, b * q_rows * plan->splits * 4);
+  plan->partial_lse = workspace_slot(cursor, b * m.num_heads * plan->splits * 4);
+  plan->o = workspace_slot(cursor, b * q_rows * e);
+  plan->blas = workspace_slot(cursor, BlasLtLinear::kWorkspaceBytes);
   plan->total = cursor;
   cublasLtHandle_t h = gemm::blaslt_handle();
   plan->q_proj = std::make_unique<BlasLtLinear>(h, o.dtype, q_rows, m.hidden, o.max_batch);
@@ -87,14 +77,7 @@ void cuda_unfused_attention_block(const UnfusedPlan& plan, std::span<const float
   p.v = ws + plan.v;
   p.k_cache = cache.k.data();
   p.v_cache = cache.v.data();
-  if (!cache.page_table.empty()) {
-    p.page_table = cache.page_table.data_as<const int32_t>();
-    p.pages_per_seq = cache.page_table.size(1);
-    p.num_pages = cache.k.size(0);
-    p.page_size = cache.k.size(1);
-  } else {
-    p.context_stride = cache.k.size(1);
-  }
+  set_cache_layout(cache, o.max_context, p);
   p.positions = step.positions.data_as<const int32_t>();
   p.softmax_scale = 1.0f / std::sqrt(float(m.head_dim));
   std::copy(inv_freq.begin(), inv_freq.end(), p.inv_freq);
