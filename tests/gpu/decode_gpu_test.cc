@@ -58,6 +58,51 @@ class DecodeGpu : public ::testing::Test {
     stream_.synchronize();
   }
 
+  // A shuffled page table: sequences own scattered pages of num_pages.
+  Pair page_table(int64_t batch, int64_t pages_per_seq, int64_t num_pages, uint32_t seed) {
+    Pair table{Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cpu()),
+               Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cuda(0))};
+    std::vector<int32_t> pages(num_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937(seed));
+    std::copy_n(pages.begin(), batch * pages_per_seq, table.host.data_as<int32_t>());
+    upload(table);
+    return table;
+  }
+  // Ragged positions below kMaxContext, 0 among them.
+  Pair ragged_positions(int64_t batch) {
+    Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
+    const int32_t ragged[] = {130, 0, 37, 255, 16, 1, 200, 64, 15, 17, 99, 128, 31, 33, 250, 7};
+    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = ragged[b % 16];
+    upload(pos);
+    return pos;
+  }
+  // The GPU's output (poisoned before the step) fully written and within bf16 error of the
+  // float64 reference's.
+  void expect_near_reference(const Tensor& out_h, const Tensor& ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = load_as_float(out_h.data(), kBf16, i), r = ref.data_as<float>()[i];
+      ASSERT_TRUE(std::isfinite(g)) << "output element " << i << " not written or not finite";
+      num += (g - r) * (g - r);
+      den += double(r) * r;
+    }
+    EXPECT_LT(std::sqrt(num / den), 1e-2) << "relative L2 error against the float64 reference";
+  }
+  // The reference appended to its cache (host, was `before`); the GPU's cache (downloaded into
+  // `gpu`) must hold the same rows (within one bf16 rounding) and nothing else changed.
+  void expect_same_append(const Tensor& before, const Tensor& gpu, const Tensor& ref) {
+    int64_t changed = 0, mismatched = 0;
+    for (int64_t i = 0; i < gpu.view().numel(); ++i) {
+      const float b0 = load_as_float(before.data(), kBf16, i);
+      const float g = load_as_float(gpu.data(), kBf16, i), r = load_as_float(ref.data(), kBf16, i);
+      if (r != b0) ++changed;
+      if (std::fabs(g - r) > 1e-2f * std::max(1.f, std::fabs(r))) ++mismatched;
+    }
+    EXPECT_EQ(mismatched, 0) << "cache elements differing from the reference's append";
+    EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
+  }
+
   struct Weights {
     Pair wq, wk, wv, wo, norm;
     AttentionWeights host() const { return {wq.host, wk.host, wv.host, wo.host, norm.host}; }
@@ -83,19 +128,8 @@ class DecodeGpu : public ::testing::Test {
     std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{num_pages, kPageSize, hkv, d}
                                              : std::vector<int64_t>{batch, kMaxContext, hkv, d};
     Pair k = random(cache_shape, kBf16, 21, -1.f, 1.f), v = random(cache_shape, kBf16, 22, -1.f, 1.f);
-    Pair table{Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cpu()),
-               Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cuda(0))};
-    {  // a shuffled page table: sequences own scattered pages
-      std::vector<int32_t> pages(num_pages);
-      std::iota(pages.begin(), pages.end(), 0);
-      std::shuffle(pages.begin(), pages.end(), std::mt19937(5));
-      std::copy_n(pages.begin(), batch * pages_per_seq, table.host.data_as<int32_t>());
-      upload(table);
-    }
-    Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
-    const int32_t ragged[] = {130, 0, 37, 255, 16, 1, 200, 64, 15, 17, 99, 128, 31, 33, 250, 7};
-    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = ragged[b % 16];
-    upload(pos);
+    const Pair table = page_table(batch, pages_per_seq, num_pages, 5);
+    const Pair pos = ragged_positions(batch);
     Pair x = random({batch, m.hidden}, kBf16, 31, -1.f, 1.f);
     Tensor out_d = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
     Tensor out_h = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
@@ -111,29 +145,11 @@ class DecodeGpu : public ::testing::Test {
     block.run({x.device, pos.device, out_d}, w.device(), dcache, ws, stream_);
     reference_attention_block(m, {x.host, pos.host, ref}, w.host(), hcache, kPageSize);
     download(out_h, out_d);
-
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < batch * m.hidden; ++i) {
-      const float g = load_as_float(out_h.data(), kBf16, i), r = ref.data_as<float>()[i];
-      ASSERT_TRUE(std::isfinite(g)) << "output element " << i << " not written or not finite";
-      num += (g - r) * (g - r);
-      den += double(r) * r;
-    }
-    EXPECT_LT(std::sqrt(num / den), 1e-2) << "relative L2 error against the float64 reference";
-
-    // The caches: the reference appended k_new; the GPU must have appended the same rows
-    // (within one bf16 rounding) and left every other row as it was.
+    expect_near_reference(out_h, ref, batch * m.hidden);
+    // The K cache: the reference appended k_new to k.host.
     Tensor k_gpu = Tensor::empty(cache_shape, kBf16, Device::cpu());
     download(k_gpu, k.device);
-    int64_t changed = 0, mismatched = 0;
-    for (int64_t i = 0; i < k_gpu.view().numel(); ++i) {
-      const float before = load_as_float(k_before.data(), kBf16, i);
-      const float g = load_as_float(k_gpu.data(), kBf16, i), r = load_as_float(k.host.data(), kBf16, i);
-      if (r != before) ++changed;
-      if (std::fabs(g - r) > 1e-2f * std::max(1.f, std::fabs(r))) ++mismatched;
-    }
-    EXPECT_EQ(mismatched, 0) << "cache elements differing from the reference's append";
-    EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
+    expect_same_append(k_before, k_gpu, k.host);
   }
 
   // ---- MLA (DeepSeek-V2-Lite): the fused MLA kernel against the float64 reference ----------
@@ -173,19 +189,8 @@ class DecodeGpu : public ::testing::Test {
     std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{num_pages, kPageSize, 1, width}
                                              : std::vector<int64_t>{batch, kMaxContext, 1, width};
     Pair latent = random(cache_shape, kBf16, 61, -1.f, 1.f);
-    Pair table{Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cpu()),
-               Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cuda(0))};
-    {
-      std::vector<int32_t> pages(num_pages);
-      std::iota(pages.begin(), pages.end(), 0);
-      std::shuffle(pages.begin(), pages.end(), std::mt19937(6));
-      std::copy_n(pages.begin(), batch * pages_per_seq, table.host.data_as<int32_t>());
-      upload(table);
-    }
-    Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
-    const int32_t ragged[] = {130, 0, 37, 255, 16, 1, 200, 64, 15, 17, 99, 128, 31, 33, 250, 7};
-    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = ragged[b % 16];
-    upload(pos);
+    const Pair table = page_table(batch, pages_per_seq, num_pages, 6);
+    const Pair pos = ragged_positions(batch);
     Pair x = random({batch, m.hidden}, kBf16, 62, -1.f, 1.f);
     Tensor out_d = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
     Tensor out_h = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
@@ -201,25 +206,10 @@ class DecodeGpu : public ::testing::Test {
                                      {latent.host, {}, paged ? TensorView(table.host) : no_table},
                                      kPageSize);
     download(out_h, out_d);
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < batch * m.hidden; ++i) {
-      const float g = load_as_float(out_h.data(), kBf16, i), r = ref.data_as<float>()[i];
-      ASSERT_TRUE(std::isfinite(g)) << "output element " << i << " not written or not finite";
-      num += (g - r) * (g - r);
-      den += double(r) * r;
-    }
-    EXPECT_LT(std::sqrt(num / den), 1e-2) << "relative L2 error against the float64 reference";
+    expect_near_reference(out_h, ref, batch * m.hidden);
     Tensor gpu = Tensor::empty(cache_shape, kBf16, Device::cpu());
     download(gpu, latent.device);
-    int64_t changed = 0, mismatched = 0;
-    for (int64_t i = 0; i < gpu.view().numel(); ++i) {
-      const float b0 = load_as_float(before.data(), kBf16, i);
-      const float g = load_as_float(gpu.data(), kBf16, i), r = load_as_float(latent.host.data(), kBf16, i);
-      if (r != b0) ++changed;
-      if (std::fabs(g - r) > 1e-2f * std::max(1.f, std::fabs(r))) ++mismatched;
-    }
-    EXPECT_EQ(mismatched, 0) << "latent cache elements differing from the reference's append";
-    EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
+    expect_same_append(before, gpu, latent.host);
   }
 
   Stream stream_;
