@@ -33,6 +33,16 @@ constexpr DType kBf16 = DType::kBF16;
 constexpr int64_t kMaxContext = 256;
 constexpr int64_t kPageSize = 16;
 
+// 100 replays, or TESSERA_TEST_REPLAYS (at least 2): the sanitize stage asks for few, its tools
+// check each replay's kernels the same way and one costs them seconds.
+int graph_replays() {
+  const char* env = std::getenv("TESSERA_TEST_REPLAYS");
+  if (env == nullptr) return 100;
+  const int n = std::atoi(env);
+  if (n < 2) ADD_FAILURE() << "TESSERA_TEST_REPLAYS = '" << env << "': expected an integer >= 2";
+  return std::max(n, 2);
+}
+
 struct Pair {  // host and device copies of one tensor
   Tensor host, device;
 };
@@ -101,6 +111,33 @@ class DecodeGpu : public ::testing::Test {
     }
     EXPECT_EQ(mismatched, 0) << "cache elements differing from the reference's append";
     EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
+  }
+
+  // `run` (warmed up already) captured in a CUDA graph and replayed graph_replays() times, `out`
+  // poisoned before each: every replay's output bitwise the first's.
+  template <typename Run>
+  void expect_replays_bitwise(Run&& run, const Tensor& out) {
+    auto s = static_cast<cudaStream_t>(stream_.cuda_stream());
+    cudaGraph_t graph;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    run();
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    cudaGraphExec_t exec;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    std::vector<int64_t> shape;
+    for (int i = 0; i < out.view().ndim(); ++i) shape.push_back(out.view().size(i));
+    Tensor first = Tensor::empty(shape, out.view().dtype(), Device::cpu());
+    Tensor again = Tensor::empty(shape, out.view().dtype(), Device::cpu());
+    const int replays = graph_replays();
+    for (int replay = 0; replay < replays; ++replay) {
+      fill_bytes(out.data(), 0xFF, bytes(first), stream_);
+      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      download(replay == 0 ? first : again, out);
+      if (replay > 0)
+        ASSERT_EQ(0, std::memcmp(first.data(), again.data(), bytes(first))) << "replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
   }
 
   struct Weights {
@@ -247,16 +284,6 @@ TEST_F(DecodeGpu, DeepSeekV2LiteMlaUnfusedMatchesReference) {
     for (bool paged : {false, true}) check_latent_step(m, w, batch, paged, 0, DecodeImpl::kUnfused);
 }
 
-// 100 replays, or TESSERA_TEST_REPLAYS (at least 2): the sanitize stage asks for few, its tools
-// check each replay's kernels the same way and one costs them seconds.
-int graph_replays() {
-  const char* env = std::getenv("TESSERA_TEST_REPLAYS");
-  if (env == nullptr) return 100;
-  const int n = std::atoi(env);
-  if (n < 2) ADD_FAILURE() << "TESSERA_TEST_REPLAYS = '" << env << "': expected an integer >= 2";
-  return std::max(n, 2);
-}
-
 TEST_F(DecodeGpu, GraphReplaysAreBitwiseIdentical) {
   const ModelConfig m = ModelConfig::llama2_7b();
   const Weights w = weights(m);
@@ -275,25 +302,7 @@ TEST_F(DecodeGpu, GraphReplaysAreBitwiseIdentical) {
   block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
   stream_.synchronize();
 
-  auto s = static_cast<cudaStream_t>(stream_.cuda_stream());
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  block.run(step, w.device(), cache, ws, stream_);
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  Tensor first = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
-  Tensor again = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
-  const int replays = graph_replays();
-  for (int replay = 0; replay < replays; ++replay) {
-    fill_bytes(out.data(), 0xFF, bytes(first), stream_);
-    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-    download(replay == 0 ? first : again, out);
-    if (replay > 0)
-      ASSERT_EQ(0, std::memcmp(first.data(), again.data(), bytes(first))) << "replay " << replay;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  expect_replays_bitwise([&] { block.run(step, w.device(), cache, ws, stream_); }, out);
 }
 
 TEST_F(DecodeGpu, MlaGraphReplaysAreBitwiseIdentical) {
@@ -313,25 +322,7 @@ TEST_F(DecodeGpu, MlaGraphReplaysAreBitwiseIdentical) {
   block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
   stream_.synchronize();
 
-  auto s = static_cast<cudaStream_t>(stream_.cuda_stream());
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  block.run(step, w.device(), cache, ws, stream_);
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  Tensor first = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
-  Tensor again = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
-  const int replays = graph_replays();
-  for (int replay = 0; replay < replays; ++replay) {
-    fill_bytes(out.data(), 0xFF, bytes(first), stream_);
-    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-    download(replay == 0 ? first : again, out);
-    if (replay > 0)
-      ASSERT_EQ(0, std::memcmp(first.data(), again.data(), bytes(first))) << "replay " << replay;
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
+  expect_replays_bitwise([&] { block.run(step, w.device(), cache, ws, stream_); }, out);
 }
 
 TEST_F(DecodeGpu, BadPlansAreRefusedWithTheArgumentsName) {
