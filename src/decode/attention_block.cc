@@ -1,6 +1,7 @@
 // decode::AttentionBlock: validates the plan and each step, picks the cluster size, and runs
-// the fused dataflow on the cuda backend or its float32 emulation on the cpu backend. MLA
-// plans (kLatent) run on the cpu backend only: the emulated split or the float64 reference.
+// the fused dataflow on the cuda backend or its float32 emulation on the cpu backend (MLA plans
+// too); unfused, cuBLASLt projections around split-KV attention on cuda, the float64
+// references on the cpu.
 #include "tessera/decode/attention_block.h"
 
 #include <algorithm>
@@ -31,8 +32,14 @@ bool divides_hidden(int64_t hidden, int n, bool cuda) {
          (!cuda || ((hidden / n) % kFusedHiddenAlign == 0 && hidden / n <= kFusedMaxHiddenSlice));
 }
 
+// Whether a cluster of n CTAs a query head divides every cut of the MLA dataflow.
+bool latent_cuts(const ModelConfig& m, int n) {
+  return latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim, m.rope_head_dim, n);
+}
+
 // Without a tuned table: the largest power-of-two cluster whose CTAs all run in one wave
-// (KV heads x N <= SMs, and every cluster resident at once on this device).
+// (KV heads, or MLA's query heads, x N <= SMs, and every cluster resident at once on this
+// device).
 int default_cluster_size(const AttentionBlockOptions& o) {
   const bool cuda = o.device.is_cuda();
   const ModelConfig& m = o.model;
@@ -43,8 +50,7 @@ int default_cluster_size(const AttentionBlockOptions& o) {
   if (m.kind == AttentionKind::kLatent) {  // a cluster a query head
     int best = 1;
     for (int n = 1; n <= kMaxClusterSize; n *= 2) {
-      if (!latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim, m.rope_head_dim, n) ||
-          m.num_heads * n > sms)
+      if (!latent_cuts(m, n) || m.num_heads * n > sms)
         continue;
 #ifdef TESSERA_WITH_CUDA
       if (cuda && detail::cuda_max_active_clusters(o, n) < m.num_heads) continue;
@@ -235,8 +241,7 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
     TESSERA_CHECK_ARG(options.cluster_size >= 1 && options.cluster_size <= kMaxClusterSize,
                       "cluster_size = ", options.cluster_size, ": expected 0 (auto) or 1 to 16");
     if (latent) {
-      TESSERA_CHECK_ARG(latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim,
-                                               m.rope_head_dim, options.cluster_size),
+      TESSERA_CHECK_ARG(latent_cuts(m, options.cluster_size),
                         "cluster_size = ", options.cluster_size, ": expected a divisor of hidden = ",
                         m.hidden, ", kv_lora_rank = ", m.kv_lora_rank,
                         ", nope_head_dim + rope_head_dim = ", m.nope_head_dim + m.rope_head_dim,
@@ -256,9 +261,7 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
           tuned_cluster_size(read_tune_table(tune_table_path()), detail::cuda_device_name(),
                              m.name, options.max_batch, options.max_context);
       const bool cuts =
-          tuned && (latent ? latent_cluster_divides(m.hidden, m.kv_lora_rank, m.nope_head_dim,
-                                                    m.rope_head_dim, *tuned)
-                           : divides_hidden(m.hidden, *tuned, cuda));
+          tuned && (latent ? latent_cuts(m, *tuned) : divides_hidden(m.hidden, *tuned, cuda));
       if (cuts && detail::cuda_max_active_clusters(options, *tuned) > 0) {
         cluster_size_ = *tuned;
         cluster_source_ = "tuned";
