@@ -1,6 +1,6 @@
-// Device helpers both fused decode kernels use (decode_sm90.cuh for grouped attention,
-// mla_sm90.cuh for MLA): the softmax partials' rescale, 16-byte loads widened to float, and the
-// page-table check's report.
+// Device helpers the decode kernels share (decode_sm90.cuh for grouped attention, mla_sm90.cuh
+// and mla_unfused_kernels.cu for MLA): the softmax partials' rescale, a warp sum, 16-byte loads
+// widened to float, and a cache row's address with the page-table check.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +11,9 @@
 #include "cluster/cluster_collectives.cuh"
 
 namespace tessera::decode::kernels {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kNoKey = -__builtin_huge_valf();  // the maximum of a partial with no key
 
 // exp2(m - m_max), the factor that rescales a softmax partial with maximum m to m_max; a
 // partial that saw no key (m = -inf) contributes nothing, also when m_max is -inf too.
@@ -33,6 +36,25 @@ static __device__ __noinline__ void bad_page(int seq, int64_t index, int32_t pag
          static_cast<long long>(index), page, static_cast<long long>(num_pages),
          static_cast<int>(blockIdx.x));
   __trap();
+}
+
+// The sum of v over the warp's lanes, on every lane.
+__device__ inline float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Row of token t of sequence `seq` in a cache of the layout P's fields describe (page_table,
+// pages_per_seq, num_pages, page_size for a paged cache; context_stride for a contiguous one),
+// the page index checked.
+template <typename P>
+__device__ inline int64_t cache_row_of(const P& p, int seq, int64_t t) {
+  if (p.page_table == nullptr) return int64_t(seq) * p.context_stride + t;
+  const int64_t slot = t / p.page_size;
+  const int32_t page = p.page_table[int64_t(seq) * p.pages_per_seq + slot];
+  if (page < 0 || page >= p.num_pages) bad_page(seq, slot, page, p.num_pages);
+  return int64_t(page) * p.page_size + t % p.page_size;
 }
 
 }  // namespace tessera::decode::kernels

@@ -39,18 +39,10 @@ constexpr int kB = kMlaBatchTile;
 constexpr int kThreads = kMlaThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPerLane = kMlaMaxRowWidth / 32;  // row entries a lane holds in the attention
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNoKey = -__builtin_huge_valf();
 
 template <typename T>
 __device__ inline float load_f(const void* base, int64_t i) {
   return cl::to_f32(static_cast<const T*>(base)[i]);
-}
-
-__device__ inline float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 static __device__ __noinline__ void bad_position(int seq, int pos, int64_t max_context) {
@@ -79,16 +71,7 @@ struct MlaDecode {
 
   // The latent cache row of token t of sequence b (the page index checked).
   __device__ T* cache_row(int b, int64_t t) const {
-    int64_t row;
-    if (p.page_table == nullptr) {
-      row = int64_t(b0 + b) * p.context_stride + t;
-    } else {
-      const int64_t slot = t / p.page_size;
-      const int32_t page = p.page_table[int64_t(b0 + b) * p.pages_per_seq + slot];
-      if (page < 0 || page >= p.num_pages) bad_page(b0 + b, slot, page, p.num_pages);
-      row = int64_t(page) * p.page_size + t % p.page_size;
-    }
-    return static_cast<T*>(p.cache) + row * width;
+    return static_cast<T*>(p.cache) + cache_row_of(p, b0 + b, t) * width;
   }
 
   // ---- input: x times the norm weight (rounded) into x_s, each row's rstd ------------------

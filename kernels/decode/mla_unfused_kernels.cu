@@ -22,28 +22,9 @@ constexpr int kBatchChunk = 8;    // sequences one CTA of the per-head products 
 constexpr int kTileRows = 16;     // latent rows staged in shared memory at a time
 constexpr int kHeadsPerWarp = 2;  // the attention: a warp's heads (16 a CTA pass)
 constexpr int kPerLane = kMlaMaxRowWidth / 32;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kNoKey = -__builtin_huge_valf();
-
-__device__ inline float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
 template <typename T>
 __device__ T* latent_row(const MlaUnfusedParams& p, int b, int64_t t) {
-  const int width = p.rank + p.rope;
-  int64_t row;
-  if (p.page_table == nullptr) {
-    row = int64_t(b) * p.context_stride + t;
-  } else {
-    const int64_t slot = t / p.page_size;
-    const int32_t page = p.page_table[int64_t(b) * p.pages_per_seq + slot];
-    if (page < 0 || page >= p.num_pages) bad_page(b, slot, page, p.num_pages);
-    row = int64_t(page) * p.page_size + t % p.page_size;
-  }
-  return static_cast<T*>(p.cache) + row * width;
+  return static_cast<T*>(p.cache) + cache_row_of(p, b, t) * (p.rank + p.rope);
 }
 
 // One CTA a sequence: the latent row's norm (a block reduction in thread order), RoPE, the

@@ -40,6 +40,19 @@ void project_rows(const TensorView& w, int64_t row0, int64_t n, const float* x, 
   }
 }
 
+// sum over j in [0, width) of a[j] * b[j], as a cluster of n CTAs adds it: each CTA's even
+// slice summed, the slices' sums added in rank order.
+float rank_order_dot(const float* a, const float* b, int64_t width, int n) {
+  float sum = 0;
+  for (int r = 0; r < n; ++r) {
+    const Range slice = even_slice(width, n, r);
+    float part = 0;
+    for (int64_t j = slice.begin; j < slice.end; ++j) part += a[j] * b[j];
+    sum += part;
+  }
+  return sum;
+}
+
 // Rotates the interleaved pairs (2i, 2i+1) of v[0, d) by pos * inv_freq_i.
 void rope_pairs(float* v, int64_t d, int64_t pos, const std::vector<float>& inv_freq) {
   for (int64_t i = 0; i < d / 2; ++i) {
@@ -97,13 +110,7 @@ void split_latent_attention_block(const ModelConfig& m, const DecodeStep& step,
       }
     }
     // The latent row: c normalized (slice sums in rank order), kr rotated, both rounded.
-    float csq = 0;
-    for (int r = 0; r < n; ++r) {
-      const Range cr = even_slice(rank, n, r);
-      float part = 0;
-      for (int64_t j = cr.begin; j < cr.end; ++j) part += row[size_t(j)] * row[size_t(j)];
-      csq += part;
-    }
+    const float csq = rank_order_dot(row.data(), row.data(), rank, n);
     const float crstd = 1.f / std::sqrt(csq / float(rank) + m.rms_norm_eps);
     for (int64_t j = 0; j < rank; ++j)
       row[size_t(j)] *= crstd * load_as_float(w.kv_a_norm.data(), dtype, j);
@@ -148,14 +155,8 @@ void split_latent_attention_block(const ModelConfig& m, const DecodeStep& step,
       // Value up-projection: per CTA slice of R, partials added in rank order.
       for (int64_t i = 0; i < dv; ++i) {
         cpu::load_row(w.wkv_b, h * (dn + dv) + dn + i, wrow.data());
-        float sum = 0;
-        for (int r = 0; r < n; ++r) {
-          const Range cr = even_slice(rank, n, r);
-          float part = 0;
-          for (int64_t j = cr.begin; j < cr.end; ++j) part += wrow[size_t(j)] * o_lat[size_t(j)];
-          sum += part;
-        }
-        o_heads[size_t(h * dv + i)] = round_to_dtype(dtype, sum);
+        o_heads[size_t(h * dv + i)] =
+            round_to_dtype(dtype, rank_order_dot(wrow.data(), o_lat.data(), rank, n));
       }
     }
     // Output: each head's partial over its Dv columns of Wo, added in head order.
