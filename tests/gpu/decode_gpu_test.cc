@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "decode/latent_reference.h"
@@ -42,6 +43,33 @@ int graph_replays() {
   if (n < 2) ADD_FAILURE() << "TESSERA_TEST_REPLAYS = '" << env << "': expected an integer >= 2";
   return std::max(n, 2);
 }
+
+// TESSERA_TEST_CASES=few (the sanitize stage): each decode test runs a few of its cases, one for
+// each path of its kernel (paged and contiguous, one and several batch tiles, the cluster sizes'
+// extremes); racecheck runs the fused kernels two orders of magnitude slower.
+bool few_cases() {
+  const char* env = std::getenv("TESSERA_TEST_CASES");
+  if (env == nullptr || std::string_view(env) == "all") return false;
+  if (std::string_view(env) != "few") ADD_FAILURE() << "TESSERA_TEST_CASES = '" << env << "': expected few or all";
+  return true;
+}
+
+struct Case {  // one decode step's shape
+  int64_t batch;
+  bool paged;
+  int cluster;  // 0: the cost model's pick
+};
+
+// Batches 1, 3 and 16, contiguous and paged, at the cost model's cluster size; then `more`.
+std::vector<Case> every_batch_and_layout(std::vector<Case> more) {
+  std::vector<Case> out;
+  for (int64_t batch : {1, 3, 16})
+    for (bool paged : {false, true}) out.push_back({batch, paged, 0});
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+
+std::vector<Case> pick(std::vector<Case> all, std::vector<Case> few) { return few_cases() ? few : all; }
 
 struct Pair {  // host and device copies of one tensor
   Tensor host, device;
@@ -101,13 +129,15 @@ class DecodeGpu : public ::testing::Test {
   }
   // The reference appended to its cache (host, was `before`); the GPU's cache (downloaded into
   // `gpu`) must hold the same rows (within one bf16 rounding) and nothing else changed.
-  void expect_same_append(const Tensor& before, const Tensor& gpu, const Tensor& ref) {
+  // `tolerance`: relative, at least absolute below 1.
+  void expect_same_append(const Tensor& before, const Tensor& gpu, const Tensor& ref,
+                          float tolerance = 1e-2f) {
     int64_t changed = 0, mismatched = 0;
     for (int64_t i = 0; i < gpu.view().numel(); ++i) {
       const float b0 = load_as_float(before.data(), kBf16, i);
       const float g = load_as_float(gpu.data(), kBf16, i), r = load_as_float(ref.data(), kBf16, i);
       if (r != b0) ++changed;
-      if (std::fabs(g - r) > 1e-2f * std::max(1.f, std::fabs(r))) ++mismatched;
+      if (std::fabs(g - r) > tolerance * std::max(1.f, std::fabs(r))) ++mismatched;
     }
     EXPECT_EQ(mismatched, 0) << "cache elements differing from the reference's append";
     EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
@@ -246,7 +276,10 @@ class DecodeGpu : public ::testing::Test {
     expect_near_reference(out_h, ref, batch * m.hidden);
     Tensor gpu = Tensor::empty(cache_shape, kBf16, Device::cpu());
     download(gpu, latent.device);
-    expect_same_append(before, gpu, latent.host);
+    // The unfused pipeline rounds kv_a's output to bf16 before its norm and RoPE, as SGLang's
+    // does: where RoPE's two terms cancel, that rounding leaves its result two bf16 steps from
+    // the reference's single rounding (the fused kernel keeps the row in float32).
+    expect_same_append(before, gpu, latent.host, impl == DecodeImpl::kUnfused ? 1.6e-2f : 1e-2f);
   }
 
   Stream stream_;
@@ -255,33 +288,33 @@ class DecodeGpu : public ::testing::Test {
 TEST_F(DecodeGpu, Llama2FusedMatchesReference) {
   const ModelConfig m = ModelConfig::llama2_7b();
   const Weights w = weights(m);
-  for (int64_t batch : {1, 3, 16})
-    for (bool paged : {false, true}) check_step(m, w, batch, paged, 0);
-  for (int cluster : {1, 2, 8, 16}) check_step(m, w, 3, true, cluster);
+  for (const Case& c : pick(every_batch_and_layout({{3, true, 1}, {3, true, 2}, {3, true, 8}, {3, true, 16}}),
+                            {{3, true, 0}, {16, false, 0}, {3, true, 16}}))
+    check_step(m, w, c.batch, c.paged, c.cluster);
 }
 
 TEST_F(DecodeGpu, Llama3GqaFusedMatchesReference) {
   const ModelConfig m = ModelConfig::llama3_8b();
   const Weights w = weights(m);
-  for (int64_t batch : {1, 3, 16})
-    for (bool paged : {false, true}) check_step(m, w, batch, paged, 0);
-  for (int cluster : {4, 8}) check_step(m, w, 16, false, cluster);
-  check_step(m, w, 40, false, 0);  // more than one batch tile
+  // Batch 40: more than one batch tile.
+  for (const Case& c : pick(every_batch_and_layout({{16, false, 4}, {16, false, 8}, {40, false, 0}}),
+                            {{3, true, 0}, {16, false, 8}, {40, false, 0}}))
+    check_step(m, w, c.batch, c.paged, c.cluster);
 }
 
 TEST_F(DecodeGpu, DeepSeekV2LiteMlaFusedMatchesReference) {
   const ModelConfig m = ModelConfig::deepseek_v2_lite();
   const LatentWeights w = latent_weights(m);
-  for (int64_t batch : {1, 3, 16})
-    for (bool paged : {false, true}) check_latent_step(m, w, batch, paged, 0);
-  for (int cluster : {1, 2, 4, 16}) check_latent_step(m, w, 3, true, cluster);
+  for (const Case& c : pick(every_batch_and_layout({{3, true, 1}, {3, true, 2}, {3, true, 4}, {3, true, 16}}),
+                            {{3, true, 0}, {16, false, 0}, {3, true, 16}}))
+    check_latent_step(m, w, c.batch, c.paged, c.cluster);
 }
 
 TEST_F(DecodeGpu, DeepSeekV2LiteMlaUnfusedMatchesReference) {
   const ModelConfig m = ModelConfig::deepseek_v2_lite();
   const LatentWeights w = latent_weights(m);
-  for (int64_t batch : {1, 3, 16})
-    for (bool paged : {false, true}) check_latent_step(m, w, batch, paged, 0, DecodeImpl::kUnfused);
+  for (const Case& c : pick(every_batch_and_layout({}), {{3, true, 0}, {16, false, 0}}))
+    check_latent_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
 }
 
 TEST_F(DecodeGpu, GraphReplaysAreBitwiseIdentical) {
