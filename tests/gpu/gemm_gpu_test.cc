@@ -22,9 +22,14 @@ struct DeviceBytes {
   explicit DeviceBytes(const std::vector<std::byte>& host) {
     EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(host.size(), 1)), cudaSuccess);
     if (!host.empty()) EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the GEMMs run on a non-blocking stream
   }
   ~DeviceBytes() { cudaFree(ptr); }
 };
+
+// The poison goes on the GEMM's own stream: Tessera's streams do not wait for the legacy default
+// stream, where cudaMemset would put it (and, on a busy GPU, after the GEMM had written).
+cudaStream_t on(const Stream& stream) { return static_cast<cudaStream_t>(stream.cuda_stream()); }
 
 TEST(GemmGpu, BuildingBlockSkinnyAndCublasLtMatchTheReference) {
   if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
@@ -47,7 +52,7 @@ TEST(GemmGpu, BuildingBlockSkinnyAndCublasLtMatchTheReference) {
         for (GemmImpl impl : {GemmImpl::kHopper, GemmImpl::kCublasLt, GemmImpl::kSkinny}) {
           if (impl == GemmImpl::kSkinny && (c.m > 8 || !weight_nk)) continue;
           if (impl == GemmImpl::kHopper && c.n % 8 != 0) continue;  // TMA's alignment
-          ASSERT_EQ(cudaMemset(out.ptr, 0xff, size_t(c.m * c.n) * 2), cudaSuccess);  // poison
+          ASSERT_EQ(cudaMemsetAsync(out.ptr, 0xff, size_t(c.m * c.n) * 2, on(stream)), cudaSuccess);  // poison
           SCOPED_TRACE(::testing::Message() << gemm_impl_name(impl) << " M" << c.m << " N" << c.n << " K" << c.k << " "
                                             << dtype_name(dtype) << (weight_nk ? " nk" : " kn") << (bias ? " bias" : ""));
           Gemm gemm(shape, gpu, impl);
@@ -60,7 +65,7 @@ TEST(GemmGpu, BuildingBlockSkinnyAndCublasLtMatchTheReference) {
           std::vector<std::byte> got(size_t(c.m * c.n) * 2);
           ASSERT_EQ(cudaMemcpy(got.data(), out.ptr, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
           {  // run to run: a second call on fresh poison gives bitwise the same output
-            ASSERT_EQ(cudaMemset(out.ptr, 0xff, got.size()), cudaSuccess);
+            ASSERT_EQ(cudaMemsetAsync(out.ptr, 0xff, got.size(), on(stream)), cudaSuccess);
             gemm.run(TensorView(a.ptr, dtype, gpu, {c.m, c.k}),
                      weight_nk ? TensorView(b.ptr, dtype, gpu, {c.n, c.k}) : TensorView(b.ptr, dtype, gpu, {c.k, c.n}),
                      bias ? TensorView(bias_d.ptr, dtype, gpu, {c.n}) : TensorView(),
@@ -72,7 +77,7 @@ TEST(GemmGpu, BuildingBlockSkinnyAndCublasLtMatchTheReference) {
           }
           {  // on a share of the multiprocessors (max_sms: the scheduler's partition): the same
              // products, to one rounding (stream-K splits the K loop by the grid's size)
-            ASSERT_EQ(cudaMemset(out.ptr, 0xff, got.size()), cudaSuccess);
+            ASSERT_EQ(cudaMemsetAsync(out.ptr, 0xff, got.size(), on(stream)), cudaSuccess);
             gemm.run(TensorView(a.ptr, dtype, gpu, {c.m, c.k}),
                      weight_nk ? TensorView(b.ptr, dtype, gpu, {c.n, c.k}) : TensorView(b.ptr, dtype, gpu, {c.k, c.n}),
                      bias ? TensorView(bias_d.ptr, dtype, gpu, {c.n}) : TensorView(),
@@ -138,7 +143,7 @@ TEST(GemmGpu, EveryConfigurationMatchesCublasLt) {
     ASSERT_EQ(cudaMemcpy(wanted.data(), want.ptr, wanted.size(), cudaMemcpyDeviceToHost), cudaSuccess);
     for (const GemmConfig& config : gemm_config_candidates()) {
       SCOPED_TRACE(::testing::Message() << gemm_config_name(config) << " M" << c.m << " N" << c.n << " K" << c.k);
-      ASSERT_EQ(cudaMemset(got.ptr, 0xff, gotten.size()), cudaSuccess);
+      ASSERT_EQ(cudaMemsetAsync(got.ptr, 0xff, gotten.size(), on(stream)), cudaSuccess);
       Gemm gemm(shape, gpu, GemmImpl::kHopper, config);
       EXPECT_EQ(gemm.config_name(), gemm_config_name(config));
       gemm.run(av, bv, TensorView(), TensorView(got.ptr, dtype, gpu, {c.m, c.n}), stream);

@@ -193,6 +193,7 @@ Tensor upload_rows(const std::vector<float>& full, const ShapeCase& s, int heads
 Tensor poisoned_output(const ShapeCase& s, int64_t rows, const RankContext& ctx) {
   Tensor t = Tensor::empty({1, rows, s.heads, s.head_dim}, s.dtype, ctx.device);
   EXPECT_EQ(cudaMemset(t.data(), 0xFF, size_t(rows * s.heads * s.head_dim) * 2), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the memset's stream is not the layer's
   return t;
 }
 

@@ -65,6 +65,7 @@ std::vector<std::byte> run_on_gpu(tp::TpOperation& op, const TpProblem& problem,
   void* out = nullptr;
   EXPECT_EQ(cudaMalloc(&out, out_bytes), cudaSuccess);
   EXPECT_EQ(cudaMemset(out, 0xff, out_bytes), cudaSuccess);  // NaN in every dtype
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);            // before op.run's stream reads it
   op.run(TensorView(a, r.dtype, ctx.device, {s.a_rows, s.a_cols}),
          TensorView(b, r.dtype, ctx.device, {s.b_rows, s.b_cols}),
          r.has_bias ? TensorView(bias, r.out_dtype, ctx.device, {s.bias}) : TensorView(),

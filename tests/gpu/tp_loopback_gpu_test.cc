@@ -94,6 +94,7 @@ TEST(TpLoopbackGpu, AllGatherGemmMatchesCublasLtOnTheGatheredRows) {
       for (int call = 0; call < 2; ++call) {
         for (Buffer& o : out)
           ASSERT_EQ(cudaMemset(o.data(), 0xff, size_t(m * n_rank) * 2), cudaSuccess);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the memsets' stream is not `stream`
         loopback.run(av, bv, biasv, outv, stream);
         stream.synchronize();
         for (int r = 0; r < kRanks; ++r) {
