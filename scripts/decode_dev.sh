@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The decode kernel's development loop in one device call: build only what decode needs
 # (attention instantiations left out), run the cluster and decode GPU tests, the decode and
-# cluster benchmarks (a cluster-size sweep included) and the FlashInfer peer side by side,
+# cluster benchmarks (a cluster-size sweep included) and the FlashInfer peers (grouped and MLA) side by side,
 # and print a short table last.
 #   device run, kind nvidia-h200, carry [.deps/cutlass, .deps/googletest, .whl]:
 #     bash scripts/decode_dev.sh $OUT
@@ -51,6 +51,10 @@ if has peer; then
     >"$out/pip.log" 2>&1 && PYTHONPATH=/tmp/site python3 bench/anchors/flashinfer_decode.py \
     --batches "$batches" --contexts "$contexts" --json "$out/decode_flashinfer.json" >"$out/decode_flashinfer.log" 2>&1 ||
     echo "peer failed: $(tail -3 "$out/decode_flashinfer.log" "$out/pip.log" 2>/dev/null)"
+  # DeepSeek-V2-Lite's MLA block as SGLang runs it on FlashInfer's MLA kernel.
+  PYTHONPATH=/tmp/site python3 bench/anchors/flashinfer_mla_decode.py --batches "$batches" --contexts "$contexts" \
+    --json "$out/decode_flashinfer_mla.json" >"$out/decode_flashinfer_mla.log" 2>&1 ||
+    echo "MLA peer failed: $(tail -3 "$out/decode_flashinfer_mla.log" 2>/dev/null)"
 fi
 if has sanitize; then
   SANITIZE_SUITES='ClusterCollectivesGpu.* DecodeGpu.*' SANITIZE_TIMEOUT_S=${SANITIZE_TIMEOUT_S:-150} \
@@ -58,7 +62,7 @@ if has sanitize; then
   mv "$out/sanitize.txt" "$out/sanitize.log"
 fi
 tar czf "$out/logs.tgz" -C "$out" --exclude logs.tgz . 2>/dev/null && find "$out" -name '*.log' -delete
-for f in cluster decode_sweep decode_tune decode_tuned decode_flashinfer decode sanitize; do
+for f in cluster decode_sweep decode_tune decode_tuned decode_flashinfer decode_flashinfer_mla decode sanitize; do
   tar xzf "$out/logs.tgz" -O "./$f.log" 2>/dev/null | grep -v "^\[" | grep -v "^RESULT" | tail -40 | sed "1i === $f ==="
 done
 has test && echo "=== gpu tests ===" && tar xzf "$out/logs.tgz" -O ./tests.log 2>/dev/null | grep -E "^\[  (PASSED|FAILED)|Failure|error:|Expected|Which is" | head -20

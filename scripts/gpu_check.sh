@@ -73,6 +73,8 @@ if has decode; then
   if [ -f bench/anchors/flashinfer_decode.py ]; then
     python3 bench/anchors/flashinfer_decode.py --json "$out/decode_flashinfer.json" \
       >"$out/decode_flashinfer.log" 2>&1 || status=1
+    python3 bench/anchors/flashinfer_mla_decode.py --json "$out/decode_flashinfer_mla.json" \
+      >"$out/decode_flashinfer_mla.log" 2>&1 || status=1
   fi
 fi
 if has gemm; then
@@ -151,6 +153,7 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/cluster.log" ] && { echo "=== cluster ==="; grep -v "^\[" "$out/cluster.log" | tail -45; }
 [ -f "$out/decode.log" ] && { echo "=== decode ==="; grep -v "^\[" "$out/decode.log" | tail -30; }
 [ -f "$out/decode_flashinfer.log" ] && { echo "=== decode flashinfer ==="; tail -20 "$out/decode_flashinfer.log"; }
+[ -f "$out/decode_flashinfer_mla.log" ] && { echo "=== decode flashinfer MLA ==="; tail -12 "$out/decode_flashinfer_mla.log"; }
 [ -f "$out/gemm.log" ] && { echo "=== gemm ==="; grep -v "^\[" "$out/gemm.log" | tail -40; }
 [ -f "$out/tp_loopback.log" ] && { echo "=== tp loopback ==="; grep -v "^\[" "$out/tp_loopback.log" | tail -40; }
 [ -f "$out/tp.log" ] && { echo "=== tp ==="; grep -v "^\[" "$out/tp.log" | tail -20; }
