@@ -17,7 +17,11 @@
 //   output       CTA r's rows of Wo's columns of the head: a per-head partial, added over the
 //                heads in head order by the second kernel (sum_heads.cuh).
 // No atomics: the output is bitwise the same from run to run. This is the first, plain form of
-// the kernel (CUDA-core arithmetic, no cp.async pipeline): correct first, then fast.
+// the kernel (CUDA-core arithmetic, no cp.async pipeline): correct first, then fast. Its known
+// cost: a cluster per query head means every head's cluster streams the whole latent cache,
+// 16 reads of each cached row per step for DeepSeek-V2-Lite, where the row is shared by every
+// head (MQA); the next form takes all heads of a batch tile in one cluster, as FlashInfer's MLA
+// kernel takes them in one CTA.
 #pragma once
 
 #include <cuda_bf16.h>
