@@ -146,18 +146,12 @@ def parse_list(text, what, conv=str):
         raise SystemExit(f"flashinfer_decode.py: --{what}: cannot parse '{text}'")
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="llama2-7b,llama3-8b", help="comma list of " + ", ".join(MODELS))
+def add_case_args(ap):
+    """The options every FlashInfer peer takes: cases, timing, bandwidth, check, output."""
     ap.add_argument("--batches", default="1,16", help="batch sizes")
     ap.add_argument("--contexts", default="1024,4096,16384,32768", help="tokens attended (C-1 cached + 1 new)")
     ap.add_argument("--iters", type=int, default=100, help="timed graph replays per case")
     ap.add_argument("--warmup", type=int, default=10, help="untimed graph replays before timing")
-    ap.add_argument("--rope", choices=["cos_sin_cache", "pos_ids"], default="cos_sin_cache",
-                    help="FlashInfer RoPE entry point (cos_sin_cache is what SGLang calls)")
-    ap.add_argument("--tensor-cores", choices=["auto", "on", "off"], default="auto",
-                    help="decode wrapper's use_tensor_cores; auto = SGLang's rule (GQA group > 4)")
-    ap.add_argument("--workspace-mib", type=int, default=256, help="decode float workspace buffer")
     ap.add_argument("--read-gib", type=float, default=4.0, help="buffer of the streaming-read measurement")
     ap.add_argument("--read-iters", type=int, default=20, help="timed reads per method (median)")
     ap.add_argument("--read-gbps", type=float, default=0.0,
@@ -165,23 +159,37 @@ def parse_args(argv=None):
     ap.add_argument("--tol", type=float, default=2e-2, help="max error relative to max |reference|")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default="", help="write the records to this file")
-    ap.add_argument("--jit-only", action="store_true", help="build FlashInfer's JIT modules and stop")
     ap.add_argument("--dry-run", action="store_true",
                     help="no GPU: list cases and bytes, write placeholder records")
+
+
+def check_case_args(args, script):
+    """add_case_args' options checked; sets args.batch_list and args.context_list."""
+    args.batch_list = parse_list(args.batches, "batches", int)
+    args.context_list = parse_list(args.contexts, "contexts", int)
+    if any(b < 1 for b in args.batch_list) or any(c < 1 for c in args.context_list):
+        raise SystemExit(f"{script}: --batches and --contexts must be >= 1")
+    if args.iters < 1 or args.warmup < 0 or args.read_iters < 1:
+        raise SystemExit(f"{script}: --iters and --read-iters must be >= 1, --warmup >= 0")
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="llama2-7b,llama3-8b", help="comma list of " + ", ".join(MODELS))
+    add_case_args(ap)
+    ap.add_argument("--rope", choices=["cos_sin_cache", "pos_ids"], default="cos_sin_cache",
+                    help="FlashInfer RoPE entry point (cos_sin_cache is what SGLang calls)")
+    ap.add_argument("--tensor-cores", choices=["auto", "on", "off"], default="auto",
+                    help="decode wrapper's use_tensor_cores; auto = SGLang's rule (GQA group > 4)")
+    ap.add_argument("--workspace-mib", type=int, default=256, help="decode float workspace buffer")
+    ap.add_argument("--jit-only", action="store_true", help="build FlashInfer's JIT modules and stop")
     args = ap.parse_args(argv)
+    check_case_args(args, "flashinfer_decode.py")
     args.model_list = parse_list(args.models, "models")
     for name in args.model_list:
         if name not in MODELS:
             raise SystemExit(f"flashinfer_decode.py: --models: unknown model '{name}' "
                              f"(known: {', '.join(MODELS)})")
-    args.batch_list = parse_list(args.batches, "batches", int)
-    args.context_list = parse_list(args.contexts, "contexts", int)
-    if any(b < 1 for b in args.batch_list):
-        raise SystemExit("flashinfer_decode.py: --batches must be >= 1")
-    if any(c < 1 for c in args.context_list):
-        raise SystemExit("flashinfer_decode.py: --contexts must be >= 1")
-    if args.iters < 1 or args.warmup < 0 or args.read_iters < 1:
-        raise SystemExit("flashinfer_decode.py: --iters and --read-iters must be >= 1, --warmup >= 0")
     return args
 
 
@@ -466,11 +474,10 @@ def prebuild_jit(torch, fi, args):
     return failed
 
 
-def run_case(torch, fi, name, m, batch, context, args, read_gbps):
-    """Builds, checks and times one case; returns a result dict."""
-    torch.manual_seed(args.seed)  # a case's inputs do not depend on which cases ran before
-    block = DecodeBlock(torch, fi, m, batch, context, args, "cuda")
-    note = block.check_indices_positions()
+def capture_check_time(torch, block, args):
+    """The peer's step of `block` (step(), check(), out) warmed up eagerly, captured in a CUDA
+    graph, checked on a replay, replayed again for the bitwise check, then timed. Returns
+    (median_us, (ok, max_err, rel_err, kv_err), deterministic)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -483,18 +490,28 @@ def run_case(torch, fi, name, m, batch, context, args, read_gbps):
         block.step()
     graph.replay()
     torch.cuda.synchronize()
-    ok, err, rel, kv_err = block.check()
+    checked = block.check()
     first = block.out.clone()
     graph.replay()
     torch.cuda.synchronize()
     deterministic = torch.equal(first, block.out)
     us = median_us(torch, graph.replay, args.warmup, args.iters)
+    del graph, first
+    return us, checked, deterministic
+
+
+def run_case(torch, fi, name, m, batch, context, args, read_gbps):
+    """Builds, checks and times one case; returns a result dict."""
+    torch.manual_seed(args.seed)  # a case's inputs do not depend on which cases ran before
+    block = DecodeBlock(torch, fi, m, batch, context, args, "cuda")
+    note = block.check_indices_positions()
+    us, (ok, err, rel, kv_err), deterministic = capture_check_time(torch, block, args)
     nbytes = block_bytes(m, batch, context)
     roof_us = nbytes / read_gbps * 1e-3
     res = {"us": us, "bytes": nbytes, "roof_us": roof_us, "ok": ok, "max_err": err, "rel_err": rel,
            "kv_err": kv_err, "deterministic": deterministic, "tensor_cores": block.tensor_cores,
            "note": note}
-    del graph, block, first
+    del block
     return res
 
 
@@ -523,35 +540,38 @@ def dry_run(args):
     return 0
 
 
+def start_gpu(script, submodules):
+    """Imports torch and FlashInfer with its `submodules`, insists on a GPU and makes float32
+    matmuls real float32 (the references). Returns (torch, flashinfer, GPU name, import s)."""
+    # torch >= 2.10 exports the DLPack exchange API itself; keep tvm-ffi from JIT-building its
+    # own torch addon (it would only matter for an older torch, and then the fallback works).
+    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+    t0 = time.time()
+    import importlib
+    import torch
+    import flashinfer as fi
+    for name in submodules:
+        importlib.import_module(f"flashinfer.{name}")  # used as attributes of fi
+    if not torch.cuda.is_available():
+        raise SystemExit(f"{script}: no CUDA device (use --dry-run to test without one)")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return torch, fi, torch.cuda.get_device_name(0), time.time() - t0
+
+
 def main(argv=None):
     args = parse_args(argv)
     if args.dry_run:
         return dry_run(args)
 
-    # torch >= 2.10 exports the DLPack exchange API itself; keep tvm-ffi from JIT-building its
-    # own torch addon (it would only matter for an older torch, and then the fallback works).
-    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
-    t0 = time.time()
-    import torch
-    import flashinfer as fi
-    import flashinfer.decode  # noqa: F401  (submodules used by name below)
-    import flashinfer.norm  # noqa: F401
-    import flashinfer.page  # noqa: F401
-    import flashinfer.prefill  # noqa: F401
-    import flashinfer.rope  # noqa: F401
-
-    if not torch.cuda.is_available():
-        raise SystemExit("flashinfer_decode.py: no CUDA device (use --dry-run to test without one)")
-    torch.backends.cuda.matmul.allow_tf32 = False  # the reference is real float32
-    torch.set_float32_matmul_precision("highest")
-    gpu = torch.cuda.get_device_name(0)
+    torch, fi, gpu, import_s = start_gpu("flashinfer_decode.py", ["decode", "norm", "page", "prefill", "rope"])
     try:
         import tvm_ffi
         tvm_ver = tvm_ffi.__version__
     except Exception:
         tvm_ver = "?"
     print(f"# flashinfer {fi.__version__}, tvm-ffi {tvm_ver}, torch {torch.__version__} "
-          f"(CUDA {torch.version.cuda}), {gpu}; imports {time.time() - t0:.1f} s", flush=True)
+          f"(CUDA {torch.version.cuda}), {gpu}; imports {import_s:.1f} s", flush=True)
     print(f"# rope {args.rope}, tensor cores {args.tensor_cores}, page size {PAGE_SIZE} NHD, "
           f"{args.iters} timed replays after {args.warmup}", flush=True)
 

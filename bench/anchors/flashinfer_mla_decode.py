@@ -34,11 +34,11 @@ import argparse
 import math
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flashinfer_decode import (PAGE_SIZE, clip, current_commit, current_date,  # noqa: E402
-                               make_record, measure_read_gbps, median_us, parse_list, write_json)
+from flashinfer_decode import (PAGE_SIZE, add_case_args, capture_check_time,  # noqa: E402
+                               check_case_args, clip, current_commit, current_date, make_record,
+                               measure_read_gbps, start_gpu, write_json)
 
 # src/decode/model_config.cc's deepseek_v2_lite().
 MODEL = {"name": "deepseek-v2-lite", "hidden": 2048, "heads": 16, "rank": 512, "rope": 64,
@@ -62,29 +62,12 @@ def case_name(batch, context):
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--batches", default="1,16", help="batch sizes")
-    ap.add_argument("--contexts", default="1024,4096,16384,32768", help="tokens attended (C-1 cached + 1 new)")
-    ap.add_argument("--iters", type=int, default=100, help="timed graph replays per case")
-    ap.add_argument("--warmup", type=int, default=10, help="untimed graph replays before timing")
+    add_case_args(ap)
     ap.add_argument("--backend", choices=["auto", "fa2", "fa3"], default="auto",
                     help="BatchMLAPagedAttentionWrapper's backend (auto: fa3 on Hopper)")
     ap.add_argument("--workspace-mib", type=int, default=128, help="MLA float workspace buffer")
-    ap.add_argument("--read-gib", type=float, default=4.0, help="buffer of the streaming-read measurement")
-    ap.add_argument("--read-iters", type=int, default=20, help="timed reads per method (median)")
-    ap.add_argument("--read-gbps", type=float, default=0.0,
-                    help="use this HBM read bandwidth (GB/s) instead of measuring it")
-    ap.add_argument("--tol", type=float, default=2e-2, help="max error relative to max |reference|")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", default="", help="write the records to this file")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="no GPU: list cases and bytes, write placeholder records")
     args = ap.parse_args(argv)
-    args.batch_list = parse_list(args.batches, "batches", int)
-    args.context_list = parse_list(args.contexts, "contexts", int)
-    if any(b < 1 for b in args.batch_list) or any(c < 2 for c in args.context_list):
-        raise SystemExit("flashinfer_mla_decode.py: --batches must be >= 1 and --contexts >= 2")
-    if args.iters < 1 or args.warmup < 0 or args.read_iters < 1:
-        raise SystemExit("flashinfer_mla_decode.py: --iters and --read-iters must be >= 1, --warmup >= 0")
+    check_case_args(args, "flashinfer_mla_decode.py")
     return args
 
 
@@ -236,28 +219,11 @@ class MlaBlock:
 def run_case(torch, fi, batch, context, args, read_gbps):
     torch.manual_seed(args.seed)
     block = MlaBlock(torch, fi, batch, context, args, "cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):  # eager warm-up: JIT loads and lazily made buffers, outside capture
-            block.step()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        block.step()
-    graph.replay()
-    torch.cuda.synchronize()
-    ok, err, rel, kv_err = block.check()
-    first = block.out.clone()
-    graph.replay()
-    torch.cuda.synchronize()
-    deterministic = torch.equal(first, block.out)
-    us = median_us(torch, graph.replay, args.warmup, args.iters)
+    us, (ok, err, rel, kv_err), deterministic = capture_check_time(torch, block, args)
     nbytes = block_bytes(MODEL, batch, context)
     res = {"us": us, "bytes": nbytes, "roof_us": nbytes / read_gbps * 1e-3, "ok": ok, "max_err": err,
            "rel_err": rel, "kv_err": kv_err, "deterministic": deterministic}
-    del graph, block, first
+    del block
     return res
 
 
@@ -284,22 +250,9 @@ def main(argv=None):
     args = parse_args(argv)
     if args.dry_run:
         return dry_run(args)
-    os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")  # as flashinfer_decode.py
-    t0 = time.time()
-    import torch
-    import flashinfer as fi
-    import flashinfer.mla  # noqa: F401  (submodules used by name below)
-    import flashinfer.norm  # noqa: F401
-    import flashinfer.page  # noqa: F401
-    import flashinfer.rope  # noqa: F401
-
-    if not torch.cuda.is_available():
-        raise SystemExit("flashinfer_mla_decode.py: no CUDA device (use --dry-run to test without one)")
-    torch.backends.cuda.matmul.allow_tf32 = False  # the reference is real float32
-    torch.set_float32_matmul_precision("highest")
-    gpu = torch.cuda.get_device_name(0)
+    torch, fi, gpu, import_s = start_gpu("flashinfer_mla_decode.py", ["mla", "norm", "page", "rope"])
     print(f"# flashinfer {fi.__version__}, torch {torch.__version__} (CUDA {torch.version.cuda}), "
-          f"{gpu}; MLA backend {args.backend}; imports {time.time() - t0:.1f} s", flush=True)
+          f"{gpu}; MLA backend {args.backend}; imports {import_s:.1f} s", flush=True)
     if args.read_gbps > 0:
         read_gbps, read_method = args.read_gbps, "given"
     else:

@@ -320,9 +320,12 @@ TEST_F(DecodeGpu, DeepSeekV2LiteMlaUnfusedMatchesReference) {
 // The fused kernel's L2 prefetch (TESSERA_DECODE_L2_PREFETCH stages ahead) is a hint: the same
 // results, paged and contiguous, also where the prefetch distance passes the slice's end.
 TEST_F(DecodeGpu, L2PrefetchLeavesTheStepsResult) {
-  struct ScopedEnv {
-    ScopedEnv() { setenv("TESSERA_DECODE_L2_PREFETCH", "6", 1); }
-    ~ScopedEnv() { unsetenv("TESSERA_DECODE_L2_PREFETCH"); }
+  struct ScopedEnv {  // the variable set for this test, as it was afterwards
+    const char* name = "TESSERA_DECODE_L2_PREFETCH";
+    std::string before = std::getenv(name) != nullptr ? std::getenv(name) : "";
+    bool was_set = std::getenv(name) != nullptr;
+    ScopedEnv() { setenv(name, "6", 1); }
+    ~ScopedEnv() { was_set ? setenv(name, before.c_str(), 1) : unsetenv(name); }
   } prefetch;
   const ModelConfig m = ModelConfig::llama3_8b();
   const Weights w = weights(m);
