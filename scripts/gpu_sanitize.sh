@@ -64,7 +64,8 @@ sanitize_one() {
       # CUDA API errors that NCCL's initialization hits and handles itself (ncclInitKernelsForDevice
       # asks for the attributes of kernels its build has no image of): the call's first frame is
       # in libnccl.
-      errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | tail -1)
+      # (Every process's summary counts: the Flux test's workers are processes of their own.)
+      errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | awk '{ n += $1 } END { print n + 0 }')
       api=$(grep -c "^========= Program hit" "$log")
       nccl=$(awk '/^========= Program hit/ { at = NR + 2 } NR == at && /in libnccl\.so/ { n++ } END { print n + 0 }' "$log")
       [ "${errors:-0}" -gt 0 ] && [ "$errors" -eq "$api" ] && [ "$api" -eq "$nccl" ] &&
