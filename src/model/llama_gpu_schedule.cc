@@ -75,7 +75,7 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
             all_reduce_norm_group(first.layer, first.op, count, shapes.num_layers);
         run_all_reduce_norm(g.layer, g.norm, parts[enter(nano, *network_stream)], *network_stream);
       },
-      comm == nullptr ? 1 : comm->size());
+      comm == nullptr ? 1 : comm->size(), strategy.fused_groups());
   strategy.schedule(ctx);
   TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),
                 " returned before running every operation");

@@ -128,6 +128,13 @@ bool is_row_parallel_pair(LlamaOp first, int count) {
   return count == 2 && (first == LlamaOp::kOProj || first == LlamaOp::kDown);
 }
 
+std::optional<FusedGroup> fused_group_of(LlamaOp first, int count) {
+  if (is_row_parallel_pair(first, count)) return FusedGroup::kRowParallelPair;
+  if (count == 2 && (first == LlamaOp::kOAllReduce || first == LlamaOp::kMlpAllReduce))
+    return FusedGroup::kAllReduceNorm;
+  return std::nullopt;
+}
+
 const char* fused_group_name(FusedGroup group) {
   switch (group) {
     case FusedGroup::kAllReduceNorm: return "all-reduce+RMSNorm";

@@ -194,7 +194,7 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
           layers_[size_t(g.layer)].run_all_reduce_norm(g.norm, batch, range(nano), x, residual,
                                                        buffers, comm_, stream_);
         },
-        comm_ == nullptr ? 1 : comm_->size());
+        comm_ == nullptr ? 1 : comm_->size(), strategy.fused_groups());
     strategy.schedule(ctx);
     TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),
                   " returned before running every operation");

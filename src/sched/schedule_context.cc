@@ -27,12 +27,14 @@ std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int
 }
 
 ScheduleContext::ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
-                                 FusedExecutor execute_fused, int group_size)
+                                 FusedExecutor execute_fused, int group_size,
+                                 std::optional<std::vector<model::FusedGroup>> declared)
     : layers_(layers),
       group_size_(group_size),
       nanos_(std::move(nanos)),
       execute_(std::move(execute)),
-      execute_fused_(std::move(execute_fused)) {
+      execute_fused_(std::move(execute_fused)),
+      declared_(std::move(declared)) {
   TESSERA_CHECK_ARG(layers >= 0, "layers = ", layers, ": expected >= 0");
   TESSERA_CHECK_ARG(group_size >= 1, "group_size = ", group_size, ": expected >= 1");
   next_.assign(nanos_.size(), 0);
@@ -86,6 +88,15 @@ void ScheduleContext::run_fused(int n, Step first, int count) {
   TESSERA_CHECK_ARG(count >= 1 && next_[size_t(n)] + count <= layers_ * model::kLlamaOps,
                     "nano-batch ", n, ": ", count, " fused steps from layer ", first.layer, " ",
                     model::llama_op_name(first.op), ": past the end of its chain");
+  if (declared_) {
+    const std::optional<model::FusedGroup> kind = model::fused_group_of(first.op, count);
+    TESSERA_CHECK_ARG(kind && std::find(declared_->begin(), declared_->end(), *kind) != declared_->end(),
+                      "nano-batch ", n, ": ", count, " fused steps from layer ", first.layer, " ",
+                      model::llama_op_name(first.op), ": ",
+                      kind ? str("a ", model::fused_group_name(*kind),
+                                 " group, which the strategy did not declare (Strategy::fused_groups)")
+                           : std::string("no fused group"));
+  }
   TESSERA_CHECK_ARG(bool(execute_fused_), "nano-batch ", n,
                     ": a fused operation asked for, but the model gave no fused executor");
   execute_fused_(nanos_[size_t(n)], first, count);

@@ -78,6 +78,39 @@ TEST(Scheduler, NanoBatchesAreBalancedRowRangesOfWholeSequences) {
   EXPECT_EQ(even[0].rows, 3);
 }
 
+// run_fused accepts only the kinds of fused group the strategy declared, so a model's check of
+// the declaration (before anything runs) cannot be bypassed.
+TEST(Scheduler, RunFusedRefusesGroupsTheStrategyDidNotDeclare) {
+  using model::FusedGroup;
+  using model::LlamaOp;
+  int fused = 0;
+  auto context = [&](std::optional<std::vector<FusedGroup>> declared) {
+    sched::ScheduleContext ctx(
+        1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
+        [&](const sched::NanoBatch&, sched::Step, int) { ++fused; }, 2, std::move(declared));
+    while (ctx.ready(0)->op != LlamaOp::kOProj) ctx.run_next(0);
+    return ctx;
+  };
+  const sched::Step o_proj{0, LlamaOp::kOProj}, o_all_reduce{0, LlamaOp::kOAllReduce};
+
+  sched::ScheduleContext none = context(std::vector<FusedGroup>{});
+  expect_error([&] { none.run_fused(0, o_proj, 2); }, ErrorCode::kInvalidArgument,
+               {"nano-batch 0: 2 fused steps from layer 0 o_proj",
+                "row-parallel GEMM+all-reduce group, which the strategy did not declare"});
+  sched::ScheduleContext norm_only = context(std::vector{FusedGroup::kAllReduceNorm});
+  expect_error([&] { norm_only.run_fused(0, o_proj, 2); }, ErrorCode::kInvalidArgument,
+               {"did not declare"});
+  expect_error([&] { norm_only.run_fused(0, o_proj, 3); }, ErrorCode::kInvalidArgument,
+               {"3 fused steps from layer 0 o_proj: no fused group"});
+  EXPECT_EQ(fused, 0);
+  norm_only.run_next(0);
+  norm_only.run_fused(0, o_all_reduce, 2);
+  EXPECT_EQ(fused, 1);
+  sched::ScheduleContext unchecked = context(std::nullopt);  // driven by hand: not checked
+  unchecked.run_fused(0, o_proj, 2);
+  EXPECT_EQ(fused, 2);
+}
+
 TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   std::vector<std::pair<int, sched::Step>> ran;
   sched::ScheduleContext ctx(
@@ -128,7 +161,7 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
                ErrorCode::kInvalidArgument, {"no fused executor"});
 }
 
-// A strategy that fuses a group the model has no fused form of.
+// A strategy that fuses steps that are no fused group (and declares none).
 class FusesTheWrongGroup final : public sched::Strategy {
  public:
   std::string name() const override { return "wrong"; }
@@ -146,7 +179,7 @@ TEST(Scheduler, TheModelRefusesAFusedGroupItHasNoFormOf) {
   LlamaModel m(config, model::random_llama_weights(config, kSeed, 0, 1), {4, 64}, nullptr);
   std::vector<SequenceTokens> in = {{m.add_sequence(), test_tokens(5, 1)}};
   expect_error([&] { m.forward(in, FusesTheWrongGroup()); }, ErrorCode::kInvalidArgument,
-               {"no fused form of 2 steps from layer 0 qkv"});
+               {"nano-batch 0: 2 fused steps from layer 0 qkv: no fused group"});
 }
 
 // Flux runs each row-parallel pair (o_proj + its all-reduce, down + its all-reduce) as one fused
@@ -196,14 +229,13 @@ TEST(Scheduler, StrategiesDeclareTheFusedGroupsTheyRun) {
         sched::ScheduleContext ctx(
             layers, nanos, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
             [&](const sched::NanoBatch&, sched::Step first, int count) {
-              if (model::is_row_parallel_pair(first.op, count)) {
-                ran.push_back(model::FusedGroup::kRowParallelPair);
-              } else {
+              const std::optional<model::FusedGroup> kind = model::fused_group_of(first.op, count);
+              ASSERT_TRUE(kind.has_value());
+              if (*kind == model::FusedGroup::kAllReduceNorm)
                 (void)model::all_reduce_norm_group(first.layer, first.op, count, layers);
-                ran.push_back(model::FusedGroup::kAllReduceNorm);
-              }
+              ran.push_back(*kind);
             },
-            group);
+            group, declared);  // the context refuses an undeclared group itself
         strategy->schedule(ctx);
         EXPECT_TRUE(ctx.finished()) << name;
       }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -72,6 +73,9 @@ enum class FusedGroup : uint8_t {
   kAllReduceNorm,    // all_reduce_norm_group
   kRowParallelPair,  // is_row_parallel_pair
 };
+// The kind of fused group `count` steps from `first` are, if they are one (the all-reduce+norm
+// group's layer bound is all_reduce_norm_group's to check).
+std::optional<FusedGroup> fused_group_of(LlamaOp first, int count);
 const char* fused_group_name(FusedGroup group);  // "all-reduce+RMSNorm", "row-parallel GEMM+all-reduce"
 const char* op_kind_name(OpKind kind);  // "compute", "memory", "network"
 

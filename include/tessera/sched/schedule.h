@@ -60,8 +60,12 @@ class ScheduleContext {
   // implementation of that group; it refuses groups it has none for).
   using FusedExecutor = std::function<void(const NanoBatch& nano, Step first, int count)>;
   // group_size: the ranks the model's collectives span (1: they have nothing to wait for).
+  // declared: the fused groups the strategy declared (Strategy::fused_groups), the only kinds
+  // run_fused accepts, so a model's check of the declaration before it runs holds; none: not
+  // checked (a context driven by hand).
   ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
-                  FusedExecutor execute_fused = {}, int group_size = 1);
+                  FusedExecutor execute_fused = {}, int group_size = 1,
+                  std::optional<std::vector<model::FusedGroup>> declared = std::nullopt);
 
   int num_nano_batches() const { return int(nanos_.size()); }
   int group_size() const { return group_size_; }
@@ -76,7 +80,8 @@ class ScheduleContext {
   void run_next(int n, const Placement& where = {});
   // Runs the `count` steps of nano-batch n's chain from `first` (which must be ready(n)) as one
   // fused operation; each is traced. Throws kInvalidArgument like run(), or when the chain has
-  // fewer steps left or there is no fused executor.
+  // fewer steps left, the steps are no fused group the strategy declared, or there is no fused
+  // executor.
   void run_fused(int n, Step first, int count);
   // The step after `step` in a chain (the next layer's first after a layer's last); none after
   // the last layer.
@@ -94,6 +99,7 @@ class ScheduleContext {
   std::vector<NanoBatch> nanos_;
   Executor execute_;
   FusedExecutor execute_fused_;
+  std::optional<std::vector<model::FusedGroup>> declared_;
   std::vector<int64_t> next_;  // per nano-batch: index of its next step in the chain
   std::vector<std::pair<int, Step>> trace_;
 };
