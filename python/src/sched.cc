@@ -6,6 +6,8 @@
 //                   consecutive sequences each nano-batch takes (a list of ints), or None for one
 //   schedule(ctx)   runs every step through ctx.ready(n) / ctx.run(n, step) / ctx.run_next(n) /
 //                   ctx.run_fused(n, step, count) until ctx.finished
+//   fused_groups    (optional) the kinds of fused group schedule() runs through run_fused:
+//                   "all_reduce_norm", "row_parallel_pair"; run_fused refuses any other
 // A step is (layer, op) with op one of llama_op_name's names. The ScheduleContext lives only
 // while schedule() runs; a handle kept past that raises.
 #include <nanobind/stl/optional.h>
@@ -74,6 +76,14 @@ std::vector<sched::NanoBatch> nano_batches(const model::PackedBatch& batch,
   return out;
 }
 
+// A Python strategy's fused_groups names.
+model::FusedGroup fused_group_argument(const std::string& name) {
+  if (name == "all_reduce_norm") return model::FusedGroup::kAllReduceNorm;
+  if (name == "row_parallel_pair") return model::FusedGroup::kRowParallelPair;
+  throw_error(ErrorCode::kInvalidArgument,
+              str("fused_groups: '", name, "': expected all_reduce_norm or row_parallel_pair"));
+}
+
 std::vector<int64_t> lengths_of(const model::PackedBatch& batch) {
   std::vector<int64_t> lengths;
   for (const model::PackedSequence& s : batch.sequences) lengths.push_back(s.num_tokens);
@@ -112,6 +122,19 @@ std::vector<sched::NanoBatch> PythonStrategy::split(const model::PackedBatch& ba
                     Py_TYPE(counts.ptr())->tp_name,
                     " object: expected a list of sequence counts, one per nano-batch, or None");
   return nano_batches(batch, parts);
+}
+
+std::vector<model::FusedGroup> PythonStrategy::fused_groups() const {
+  nb::gil_scoped_acquire gil;
+  nb::object names = nb::getattr(strategy_, "fused_groups", nb::none());
+  if (names.is_none()) return {};
+  std::vector<std::string> list;
+  TESSERA_CHECK_ARG(!nb::isinstance<nb::str>(names) && nb::try_cast(names, list), "fused_groups: a ",
+                    Py_TYPE(names.ptr())->tp_name,
+                    " object: expected a list of names (all_reduce_norm, row_parallel_pair)");
+  std::vector<model::FusedGroup> out;
+  for (const std::string& name : list) out.push_back(fused_group_argument(name));
+  return out;
 }
 
 void PythonStrategy::schedule(sched::ScheduleContext& ctx) const {

@@ -15,7 +15,8 @@ class ScheduleContext:
         """Runs `step` on nano-batch n; it must be ready(n)."""
     def run_next(self, n: int) -> None: ...
     def run_fused(self, n: int, first: Step, count: int) -> None:
-        """Runs `count` steps from `first` as one fused operation (the model's)."""
+        """Runs `count` steps from `first` as one fused operation (the model's), of a kind the
+        strategy lists in its `fused_groups` attribute ("all_reduce_norm", "row_parallel_pair")."""
     @property
     def finished(self) -> bool: ...
     @property

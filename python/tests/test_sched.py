@@ -44,6 +44,8 @@ class Alternate:
 class FusedAllReduceNorm:
     """One nano-batch; each all-reduce runs fused with the RMSNorm after it (TokenWeave's)."""
 
+    fused_groups = ["all_reduce_norm"]
+
     def split(self, lengths):
         return None
 
@@ -155,6 +157,17 @@ def test_bad_strategies_say_what_is_wrong():
         run_once("fast")
     with pytest.raises(ZeroDivisionError):  # the strategy's own exception comes back as itself
         run_once(Split.__new__(type("Broken", (Split,), {"split": lambda self, n: 1 / 0})))
+    # Fused groups: only the kinds a strategy lists in fused_groups, known names only.
+    undeclared = FusedAllReduceNorm()
+    undeclared.fused_groups = None
+    with pytest.raises(tessera.InvalidArgumentError, match="which the strategy did not declare"):
+        run_once(undeclared)
+    undeclared.fused_groups = ["all_reduce"]
+    with pytest.raises(tessera.InvalidArgumentError, match="fused_groups: 'all_reduce': expected"):
+        run_once(undeclared)
+    undeclared.fused_groups = "all_reduce_norm"
+    with pytest.raises(tessera.InvalidArgumentError, match="expected a list of names"):
+        run_once(undeclared)
 
 
 def test_a_failed_step_caches_nothing():

@@ -41,6 +41,14 @@ class RuleStrategy final : public Strategy {
     for (int n = 0; n < ctx.num_nano_batches(); ++n) rows += ctx.nano_batch(n).rows;
     chosen(rows).schedule(ctx);
   }
+  // Every group a strategy it may pick runs (the model checks them before it knows the pick).
+  std::vector<model::FusedGroup> fused_groups() const override {
+    std::vector<model::FusedGroup> out;
+    for (const auto& [name, strategy] : strategies_)
+      for (model::FusedGroup g : strategy->fused_groups())
+        if (std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
+    return out;
+  }
 
  private:
   const Strategy& chosen(int64_t tokens) const {
