@@ -96,8 +96,11 @@ class DecodeGpu : public ::testing::Test {
     stream_.synchronize();
   }
 
-  // A shuffled page table: sequences own scattered pages of num_pages.
-  Pair page_table(int64_t batch, int64_t pages_per_seq, int64_t num_pages, uint32_t seed) {
+  // Pages of a paged cache for `batch` sequences: kMaxContext's worth each, and a few spare.
+  static int64_t cache_pages(int64_t batch) { return batch * (kMaxContext / kPageSize) + 3; }
+  // A shuffled page table: each sequence owns kMaxContext's worth of scattered pages.
+  Pair page_table(int64_t batch, uint32_t seed) {
+    const int64_t pages_per_seq = kMaxContext / kPageSize, num_pages = cache_pages(batch);
     Pair table{Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cpu()),
                Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cuda(0))};
     std::vector<int32_t> pages(num_pages);
@@ -143,6 +146,13 @@ class DecodeGpu : public ::testing::Test {
     EXPECT_GT(changed, 0) << "the reference appended nothing: the test would not see a missing append";
   }
 
+  // An uninitialized host tensor of t's shape and dtype.
+  static Tensor host_like(const Tensor& t) {
+    std::vector<int64_t> shape;
+    for (int i = 0; i < t.view().ndim(); ++i) shape.push_back(t.view().size(i));
+    return Tensor::empty(shape, t.view().dtype(), Device::cpu());
+  }
+
   // `run` (warmed up already) captured in a CUDA graph and replayed graph_replays() times, `out`
   // poisoned before each: every replay's output bitwise the first's.
   template <typename Run>
@@ -154,10 +164,7 @@ class DecodeGpu : public ::testing::Test {
     ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
     cudaGraphExec_t exec;
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    std::vector<int64_t> shape;
-    for (int i = 0; i < out.view().ndim(); ++i) shape.push_back(out.view().size(i));
-    Tensor first = Tensor::empty(shape, out.view().dtype(), Device::cpu());
-    Tensor again = Tensor::empty(shape, out.view().dtype(), Device::cpu());
+    Tensor first = host_like(out), again = host_like(out);
     const int replays = graph_replays();
     for (int replay = 0; replay < replays; ++replay) {
       fill_bytes(out.data(), 0xFF, bytes(first), stream_);
@@ -168,6 +175,32 @@ class DecodeGpu : public ::testing::Test {
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+  }
+
+  // A step's cache: [cache_pages, page size, heads, width] paged, else [batch, kMaxContext,
+  // heads, width].
+  static std::vector<int64_t> cache_shape(bool paged, int64_t batch, int64_t heads, int64_t width) {
+    return paged ? std::vector<int64_t>{cache_pages(batch), kPageSize, heads, width}
+                 : std::vector<int64_t>{batch, kMaxContext, heads, width};
+  }
+  Tensor host_copy(const Tensor& t) {  // of a host tensor
+    Tensor copy = host_like(t);
+    std::memcpy(copy.data(), t.data(), bytes(t));
+    return copy;
+  }
+
+  // A step's output on the device (poisoned), its host copy, the float32 reference's, and the
+  // block's workspace.
+  struct StepOutputs {
+    Tensor device, host, ref, workspace;
+  };
+  StepOutputs step_outputs(const AttentionBlock& block, int64_t batch, int64_t hidden) {
+    StepOutputs o{Tensor::empty({batch, hidden}, kBf16, Device::cuda(0)),
+                  Tensor::empty({batch, hidden}, kBf16, Device::cpu()),
+                  Tensor::empty({batch, hidden}, DType::kF32, Device::cpu()),
+                  Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0))};
+    fill_bytes(o.device.data(), 0xFF, bytes(o.device), stream_);
+    return o;
   }
 
   struct Weights {
@@ -190,31 +223,23 @@ class DecodeGpu : public ::testing::Test {
     AttentionBlockOptions o{m, batch, kMaxContext, kBf16, paged, kPageSize, Device::cuda(0),
                             DecodeImpl::kFused, cluster};
     AttentionBlock block(o);
-    const int64_t hkv = m.num_kv_heads, d = m.head_dim;
-    const int64_t pages_per_seq = kMaxContext / kPageSize, num_pages = batch * pages_per_seq + 3;
-    std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{num_pages, kPageSize, hkv, d}
-                                             : std::vector<int64_t>{batch, kMaxContext, hkv, d};
-    Pair k = random(cache_shape, kBf16, 21, -1.f, 1.f), v = random(cache_shape, kBf16, 22, -1.f, 1.f);
-    const Pair table = page_table(batch, pages_per_seq, num_pages, 5);
+    const std::vector<int64_t> shape = cache_shape(paged, batch, m.num_kv_heads, m.head_dim);
+    Pair k = random(shape, kBf16, 21, -1.f, 1.f), v = random(shape, kBf16, 22, -1.f, 1.f);
+    const Pair table = page_table(batch, 5);
     const Pair pos = ragged_positions(batch);
     Pair x = random({batch, m.hidden}, kBf16, 31, -1.f, 1.f);
-    Tensor out_d = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
-    Tensor out_h = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
-    Tensor ref = Tensor::empty({batch, m.hidden}, DType::kF32, Device::cpu());
-    Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
-    fill_bytes(out_d.data(), 0xFF, bytes(out_d), stream_);
+    StepOutputs out = step_outputs(block, batch, m.hidden);
 
     const TensorView no_table{};
     KvCache dcache{k.device, v.device, paged ? TensorView(table.device) : no_table};
     KvCache hcache{k.host, v.host, paged ? TensorView(table.host) : no_table};
-    Tensor k_before = Tensor::empty(cache_shape, kBf16, Device::cpu());
-    std::memcpy(k_before.data(), k.host.data(), bytes(k.host));
-    block.run({x.device, pos.device, out_d}, w.device(), dcache, ws, stream_);
-    reference_attention_block(m, {x.host, pos.host, ref}, w.host(), hcache, kPageSize);
-    download(out_h, out_d);
-    expect_near_reference(out_h, ref, batch * m.hidden);
+    const Tensor k_before = host_copy(k.host);
+    block.run({x.device, pos.device, out.device}, w.device(), dcache, out.workspace, stream_);
+    reference_attention_block(m, {x.host, pos.host, out.ref}, w.host(), hcache, kPageSize);
+    download(out.host, out.device);
+    expect_near_reference(out.host, out.ref, batch * m.hidden);
     // The K cache: the reference appended k_new to k.host.
-    Tensor k_gpu = Tensor::empty(cache_shape, kBf16, Device::cpu());
+    Tensor k_gpu = Tensor::empty(shape, kBf16, Device::cpu());
     download(k_gpu, k.device);
     expect_same_append(k_before, k_gpu, k.host);
   }
@@ -251,30 +276,24 @@ class DecodeGpu : public ::testing::Test {
     AttentionBlock block({m, batch, kMaxContext, kBf16, paged, kPageSize, Device::cuda(0), impl,
                           cluster});
     ASSERT_EQ(block.impl(), impl == DecodeImpl::kUnfused ? DecodeImpl::kUnfused : DecodeImpl::kFused);
-    const int64_t width = m.kv_lora_rank + m.rope_head_dim;
-    const int64_t pages_per_seq = kMaxContext / kPageSize, num_pages = batch * pages_per_seq + 3;
-    std::vector<int64_t> cache_shape = paged ? std::vector<int64_t>{num_pages, kPageSize, 1, width}
-                                             : std::vector<int64_t>{batch, kMaxContext, 1, width};
-    Pair latent = random(cache_shape, kBf16, 61, -1.f, 1.f);
-    const Pair table = page_table(batch, pages_per_seq, num_pages, 6);
+    const std::vector<int64_t> shape =
+        cache_shape(paged, batch, 1, m.kv_lora_rank + m.rope_head_dim);
+    Pair latent = random(shape, kBf16, 61, -1.f, 1.f);
+    const Pair table = page_table(batch, 6);
     const Pair pos = ragged_positions(batch);
     Pair x = random({batch, m.hidden}, kBf16, 62, -1.f, 1.f);
-    Tensor out_d = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
-    Tensor out_h = Tensor::empty({batch, m.hidden}, kBf16, Device::cpu());
-    Tensor ref = Tensor::empty({batch, m.hidden}, DType::kF32, Device::cpu());
-    Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
-    fill_bytes(out_d.data(), 0xFF, bytes(out_d), stream_);
+    StepOutputs out = step_outputs(block, batch, m.hidden);
     const TensorView no_table{};
-    Tensor before = Tensor::empty(cache_shape, kBf16, Device::cpu());
-    std::memcpy(before.data(), latent.host.data(), bytes(latent.host));
-    block.run({x.device, pos.device, out_d}, w.device(),
-              KvCache{latent.device, {}, paged ? TensorView(table.device) : no_table}, ws, stream_);
-    reference_latent_attention_block(m, {x.host, pos.host, ref}, w.host(),
+    const Tensor before = host_copy(latent.host);
+    block.run({x.device, pos.device, out.device}, w.device(),
+              KvCache{latent.device, {}, paged ? TensorView(table.device) : no_table}, out.workspace,
+              stream_);
+    reference_latent_attention_block(m, {x.host, pos.host, out.ref}, w.host(),
                                      {latent.host, {}, paged ? TensorView(table.host) : no_table},
                                      kPageSize);
-    download(out_h, out_d);
-    expect_near_reference(out_h, ref, batch * m.hidden);
-    Tensor gpu = Tensor::empty(cache_shape, kBf16, Device::cpu());
+    download(out.host, out.device);
+    expect_near_reference(out.host, out.ref, batch * m.hidden);
+    Tensor gpu = Tensor::empty(shape, kBf16, Device::cpu());
     download(gpu, latent.device);
     // The unfused pipeline rounds kv_a's output to bf16 before its norm and RoPE, as SGLang's
     // does: where RoPE's two terms cancel, that rounding leaves its result two bf16 steps from
