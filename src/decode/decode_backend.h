@@ -9,10 +9,18 @@
 #include <string>
 
 #include "tessera/decode/attention_block.h"
+#ifdef TESSERA_WITH_CUDA
+#include "decode/decode_launch.h"
+#endif
 
 namespace tessera::decode::detail {
 
 #ifdef TESSERA_WITH_CUDA
+// The kernels' element type of a validated dtype (bf16 or fp16).
+inline kernels::Element element_of(DType dtype) {
+  return dtype == DType::kBF16 ? kernels::Element::kBF16 : kernels::Element::kF16;
+}
+
 // The cache layout fields every kernel parameter struct has (page_table, pages_per_seq,
 // num_pages, page_size for a paged cache, context_stride for a contiguous one, and max_context
 // where the struct has it: the plan's bound, or what the cache holds if less), from `cache`.

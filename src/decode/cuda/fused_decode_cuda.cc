@@ -20,10 +20,6 @@ const Param<int64_t> kL2PrefetchStages(
     "fused decode kernel: how many of a warp's K/V stages ahead of its shared-memory ring to "
     "prefetch into L2 (0: none)", 0, 64);
 
-kernels::Element element_of(DType dtype) {
-  return dtype == DType::kBF16 ? kernels::Element::kBF16 : kernels::Element::kF16;
-}
-
 }  // namespace
 
 int cuda_multiprocessor_count() {

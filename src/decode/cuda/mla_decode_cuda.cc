@@ -22,7 +22,7 @@ void cuda_mla_attention_block(const AttentionBlockOptions& o, int cluster_size,
                               const TensorView& workspace, const Stream& stream) {
   const ModelConfig& m = o.model;
   kernels::MlaDecodeParams p;
-  p.element = o.dtype == DType::kBF16 ? kernels::Element::kBF16 : kernels::Element::kF16;
+  p.element = element_of(o.dtype);
   p.cluster_size = cluster_size;
   p.batch = int(step.x.size(0));
   p.hidden = int(m.hidden);

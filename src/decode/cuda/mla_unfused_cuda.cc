@@ -58,8 +58,7 @@ void cuda_mla_unfused_attention_block(const MlaUnfusedPlan& plan, std::span<cons
                                       const KvCache& cache, const TensorView& workspace,
                                       const Stream& stream) {
   const ModelConfig& m = plan.options.model;
-  const kernels::Element element =
-      plan.options.dtype == DType::kBF16 ? kernels::Element::kBF16 : kernels::Element::kF16;
+  const kernels::Element element = element_of(plan.options.dtype);
   char* ws = static_cast<char*>(workspace.data());
   const int batch = int(step.x.size(0));
   auto s = static_cast<cudaStream_t>(stream.cuda_stream());

@@ -62,7 +62,7 @@ void cuda_unfused_attention_block(const UnfusedPlan& plan, std::span<const float
   const ModelConfig& m = o.model;
   char* ws = static_cast<char*>(workspace.data());
   kernels::UnfusedDecodeParams p;
-  p.element = o.dtype == DType::kBF16 ? kernels::Element::kBF16 : kernels::Element::kF16;
+  p.element = element_of(o.dtype);
   p.batch = int(step.x.size(0));
   p.hidden = int(m.hidden);
   p.num_heads = int(m.num_heads);
