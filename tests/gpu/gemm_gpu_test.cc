@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu/sanitize_env.h"
 #include "tessera/gemm/gemm.h"
 #include "tessera/gemm/gemm_config.h"
 
@@ -38,7 +39,11 @@ TEST(GemmGpu, BuildingBlockSkinnyAndCublasLtMatchTheReference) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   struct Case { int64_t m, n, k; };
-  for (const Case c : {Case{1, 256, 512}, Case{3, 1030, 4104}, Case{8, 96, 64}, Case{127, 384, 1024}, Case{1000, 1032, 520}, Case{4096, 2048, 4096}}) {
+  // Few (the sanitize stage): without the 4096-row case, whose 512 tiles cost synccheck minutes.
+  const std::vector<Case> cases = test::pick<Case>(
+      {{1, 256, 512}, {3, 1030, 4104}, {8, 96, 64}, {127, 384, 1024}, {1000, 1032, 520}, {4096, 2048, 4096}},
+      {{1, 256, 512}, {3, 1030, 4104}, {127, 384, 1024}, {1000, 1032, 520}});
+  for (const Case c : cases) {
     for (DType dtype : {DType::kBF16, DType::kF16}) {
       for (bool weight_nk : {true, false}) {
         const bool bias = c.m != 127;
