@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
 # The decode kernel's development loop in one device call: build only what decode needs
 # (attention instantiations left out), run the cluster and decode GPU tests, the decode and
-# cluster benchmarks (a cluster-size sweep and the L2 prefetch distances included) and the
-# FlashInfer peers (grouped and MLA) side by side, and print a short table last.
+# cluster benchmarks (a cluster-size sweep included) and the FlashInfer peers (grouped and MLA) side by side,
+# and print a short table last.
 #   device run, kind nvidia-h200, carry [.deps/cutlass, .deps/googletest, .whl]:
 #     bash scripts/decode_dev.sh $OUT
-# STAGES selects parts (default "build test bench prefetch sweep peer"; "tune" runs `tessera
-# tune decode` into OUTDIR/decode_tune.tsv and times the tuned plans; "sanitize" adds
-# compute-sanitizer over the cluster and decode GPU tests); CONTEXTS, BATCHES the cases,
-# PREFETCH the TESSERA_DECODE_L2_PREFETCH values beside 0.
+# STAGES selects parts (default "build test bench sweep peer"; "tune" runs `tessera tune decode`
+# into OUTDIR/decode_tune.tsv and times the tuned plans; "sanitize" adds compute-sanitizer over
+# the cluster and decode GPU tests); CONTEXTS, BATCHES the cases.
 set -uo pipefail
 out=${1:?usage: scripts/decode_dev.sh OUTDIR}
 mkdir -p "$out"
-stages=${STAGES:-"build test bench prefetch sweep peer"}
+stages=${STAGES:-"build test bench sweep peer"}
 has() { [[ " $stages " == *" $1 "* ]]; }
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 export TESSERA_COMMIT=${TESSERA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -36,15 +35,6 @@ if has bench; then
   $bin bench cluster --json "$out/cluster.json" >"$out/cluster.log" 2>&1 || echo "bench cluster failed"
   $bin bench decode --batches "$batches" --contexts "$contexts" --json "$out/decode.json" >"$out/decode.log" 2>&1 ||
     echo "bench decode failed"
-fi
-if has prefetch; then
-  # The fused kernel's L2 prefetch distance (TESSERA_DECODE_L2_PREFETCH; the bench stage ran 0),
-  # side by side in this run.
-  for n in ${PREFETCH:-2 4 8}; do
-    TESSERA_DECODE_L2_PREFETCH=$n $bin bench decode --models llama2-7b,llama3-8b --impls fused \
-      --batches "$batches" --contexts "$contexts" --json "$out/decode_prefetch$n.json" \
-      >"$out/decode_prefetch$n.log" 2>&1 || echo "bench decode (prefetch $n) failed"
-  done
 fi
 if has sweep; then
   $bin bench decode --batches 1,16 --contexts 4096 --cluster-sizes 1,2,4,8,16 --impls fused \
@@ -72,7 +62,7 @@ if has sanitize; then
   mv "$out/sanitize.txt" "$out/sanitize.log"
 fi
 tar czf "$out/logs.tgz" -C "$out" --exclude logs.tgz . 2>/dev/null && find "$out" -name '*.log' -delete
-for f in cluster decode_sweep decode_tune decode_tuned decode_flashinfer decode_flashinfer_mla decode_prefetch2 decode_prefetch4 decode_prefetch8 decode sanitize; do
+for f in cluster decode_sweep decode_tune decode_tuned decode_flashinfer decode_flashinfer_mla decode sanitize; do
   tar xzf "$out/logs.tgz" -O "./$f.log" 2>/dev/null | grep -v "^\[" | grep -v "^RESULT" | tail -40 | sed "1i === $f ==="
 done
 has test && echo "=== gpu tests ===" && tar xzf "$out/logs.tgz" -O ./tests.log 2>/dev/null | grep -E "^\[  (PASSED|FAILED)|Failure|error:|Expected|Which is" | head -20

@@ -44,7 +44,6 @@ struct FusedDecodeParams {
   float inv_freq[kHeadDim / 2] = {};
   float* partial = nullptr;  // workspace [Hkv, B, hidden]: each cluster's output projection
   void* out = nullptr;       // [B, hidden]
-  int l2_prefetch_stages = 0;  // a warp's stages ahead of its ring prefetched into L2 (0: none)
 };
 
 

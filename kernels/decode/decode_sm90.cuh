@@ -373,21 +373,8 @@ struct FusedDecode {
           cp_async16(dst + kv * (kStageBytes / 2) + t * D * 2 + chunk * 16, src);
         }
       }
-      if (p.l2_prefetch_stages > 0) prefetch_stage(c.b, c.k + kWarps * p.l2_prefetch_stages);
     }
     cp_async_commit();
-  }
-
-  // Stage k of sequence b (if the slice has it) into L2, one 128-byte line a lane: its 4 tokens'
-  // K and V rows are 16 lines. The ring keeps only two stages of a warp in flight (shared memory
-  // is the kernel's occupancy); this puts more of the cache on its way without using any.
-  __device__ void prefetch_stage(int b, int k) const {
-    if (lane >= 16 || k >= seq_stages()[b]) return;
-    const int tok0 = seq_begin()[b] + k * kStageTokens, t = (lane % 8) / 2;
-    if (t >= min(kStageTokens, seq_end()[b] - tok0)) return;
-    const T* cache = static_cast<const T*>(lane < 8 ? p.k_cache : p.v_cache);
-    const T* line = cache + (cache_row_index(b, tok0 + t) * p.num_kv_heads + kv_head) * D + (lane % 2) * (D / 2);
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
 
   // A half-warp's running softmax over its tokens of one sequence, lane l16 holding dims

@@ -170,11 +170,9 @@ size_t gemm_workspace_bytes(const GemmProblem& p, const GemmConfig& config) {
 
 // Launches with prepared arguments (gemm_arguments, plus what a scheduler of the tensor-parallel
 // kernels adds).
-// `params_out`, when given, receives the kernel parameters launched (to launch them again).
 template <class Traits>
 cudaError_t launch_with_arguments(const typename Traits::Gemm::Arguments& args, void* workspace,
-                                  size_t workspace_bytes, cudaStream_t stream,
-                                  typename Traits::Gemm::GemmKernel::Params* params_out = nullptr) {
+                                  size_t workspace_bytes, cudaStream_t stream) {
   using Gemm = typename Traits::Gemm;
   using Kernel = typename Gemm::GemmKernel;
   if (Gemm::can_implement(args) != cutlass::Status::kSuccess) return cudaErrorInvalidValue;
@@ -195,63 +193,17 @@ cudaError_t launch_with_arguments(const typename Traits::Gemm::Arguments& args, 
     return cudaErrorInvalidValue;
   }
   typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-  if (params_out != nullptr) *params_out = params;
   if (Gemm::run(params, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
   return cudaGetLastError();
 }
 
-// The last launch of one instantiation on this thread: what it was given and the kernel
-// parameters derived from it.
-template <class Traits>
-struct LastLaunch {
-  GemmProblem problem;
-  GemmConfig config;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
-  int device = -1;
-  typename Traits::Gemm::GemmKernel::Params params;
-  bool same(const GemmProblem& p, const GemmConfig& c, void* ws, size_t ws_bytes, int dev) const {
-    return device == dev && workspace == ws && workspace_bytes == ws_bytes && config == c &&
-           problem.m == p.m && problem.n == p.n && problem.k == p.k && problem.a == p.a &&
-           problem.b == p.b && problem.bias == p.bias && problem.d == p.d &&
-           problem.device_sms == p.device_sms;
-  }
-};
-
 template <class Traits>
 cudaError_t launch_gemm(const GemmProblem& p, const GemmConfig& config, void* workspace,
                         size_t workspace_bytes, cudaStream_t stream) {
-  using Gemm = typename Traits::Gemm;
-  using Kernel = typename Gemm::GemmKernel;
   // Only the stream-K scheduler splits; the others run whole tiles.
   if (!Traits::kStreamK && config.split != GemmSplit::kDataParallel) return cudaErrorInvalidValue;
-  // A call repeating the thread's last one (a decode loop, a layer's fixed buffers) launches its
-  // kernel parameters again: deriving them (the scheduler's set-up, four TMA descriptors) costs
-  // host microseconds, which show at small M where the kernel itself takes about ten.
-  static thread_local LastLaunch<Traits> last;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return cudaErrorInvalidDevice;
-  if (!last.same(p, config, workspace, workspace_bytes, device)) {
-    last.device = -1;
-    const cudaError_t e = launch_with_arguments<Traits>(gemm_arguments<Traits>(p, config),
-                                                        workspace, workspace_bytes, stream,
-                                                        &last.params);
-    if (e != cudaSuccess) return e;
-    last.problem = p;
-    last.config = config;
-    last.workspace = workspace;
-    last.workspace_bytes = workspace_bytes;
-    last.device = device;
-    return cudaSuccess;
-  }
-  // Stream-K and split-K flags are cleared before every launch, as launch_with_arguments does.
-  if (config.split != GemmSplit::kDataParallel &&
-      Kernel::initialize_workspace(gemm_arguments<Traits>(p, config), workspace, stream) !=
-          cutlass::Status::kSuccess) {
-    return cudaErrorInvalidValue;
-  }
-  if (Gemm::run(last.params, stream) != cutlass::Status::kSuccess) return cudaErrorLaunchFailure;
-  return cudaGetLastError();
+  return launch_with_arguments<Traits>(gemm_arguments<Traits>(p, config), workspace,
+                                       workspace_bytes, stream);
 }
 
 // Registers the launcher of one instantiation (called from inst/ at load time).

@@ -332,22 +332,6 @@ TEST_F(DecodeGpu, DeepSeekV2LiteMlaUnfusedMatchesReference) {
     check_latent_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
 }
 
-// The fused kernel's L2 prefetch (TESSERA_DECODE_L2_PREFETCH stages ahead) is a hint: the same
-// results, paged and contiguous, also where the prefetch distance passes the slice's end.
-TEST_F(DecodeGpu, L2PrefetchLeavesTheStepsResult) {
-  struct ScopedEnv {  // the variable set for this test, as it was afterwards
-    const char* name = "TESSERA_DECODE_L2_PREFETCH";
-    std::string before = std::getenv(name) != nullptr ? std::getenv(name) : "";
-    bool was_set = std::getenv(name) != nullptr;
-    ScopedEnv() { setenv(name, "6", 1); }
-    ~ScopedEnv() { was_set ? setenv(name, before.c_str(), 1) : unsetenv(name); }
-  } prefetch;
-  const ModelConfig m = ModelConfig::llama3_8b();
-  const Weights w = weights(m);
-  for (const Case& c : pick<Case>({{1, false, 0}, {3, true, 0}, {16, true, 8}, {40, false, 0}}, {{3, true, 0}}))
-    check_step(m, w, c.batch, c.paged, c.cluster);
-}
-
 TEST_F(DecodeGpu, GraphReplaysAreBitwiseIdentical) {
   const ModelConfig m = ModelConfig::llama2_7b();
   const Weights w = weights(m);

@@ -8,19 +8,9 @@
 #include "decode/decode_backend.h"
 #include "decode/decode_launch.h"
 #include "decode/mla_launch.h"
-#include "tessera/core/params.h"
 #include "tessera/runtime/cuda_check.h"
 
 namespace tessera::decode::detail {
-namespace {
-
-// Off until measured (docs/PERF.md): `bench decode` with it set and unset, side by side.
-const Param<int64_t> kL2PrefetchStages(
-    "TESSERA_DECODE_L2_PREFETCH", 0,
-    "fused decode kernel: how many of a warp's K/V stages ahead of its shared-memory ring to "
-    "prefetch into L2 (0: none)", 0, 64);
-
-}  // namespace
 
 int cuda_multiprocessor_count() {
   int device = 0, sms = 0;
@@ -76,7 +66,6 @@ void cuda_fused_attention_block(const AttentionBlockOptions& o, int cluster_size
   std::copy(inv_freq.begin(), inv_freq.end(), p.inv_freq);
   p.partial = workspace.data_as<float>();
   p.out = step.out.data();
-  p.l2_prefetch_stages = int(kL2PrefetchStages.get());
   kernels::launch_fused_decode(p, stream.cuda_stream());
 }
 
