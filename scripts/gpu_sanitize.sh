@@ -35,8 +35,9 @@ export TESSERA_TIMEOUT_MS=${SANITIZE_TESSERA_TIMEOUT_MS:-300000}
 # Graph-replay tests replay 3 times, not 100: the tools check every replay's kernels alike (the
 # test stage keeps the 100-replay determinism check).
 export TESSERA_TEST_REPLAYS=${SANITIZE_TEST_REPLAYS:-3}
-# The decode tests run one case per path of their kernels, not their whole matrix (racecheck alone
-# took over 5 minutes on the Llama-3 GQA matrix); the test stage runs all of it.
+# The decode and GEMM tests run a few cases, one per path of their kernels (tests/gpu/
+# sanitize_env.h: racecheck took over 5 minutes on the Llama-3 GQA matrix, synccheck over 6 on
+# the GEMM's 4096-row case); the test stage runs all of them.
 export TESSERA_TEST_CASES=${SANITIZE_TEST_CASES:-few}
 parts=$out/sanitize.parts
 rm -rf "$parts" && mkdir -p "$parts"
