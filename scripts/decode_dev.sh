@@ -4,7 +4,7 @@
 # cluster benchmarks (a cluster-size sweep included) and the FlashInfer peers (grouped and MLA) side by side,
 # and print a short table last.
 #   device run, kind nvidia-h200, carry [.deps/cutlass, .deps/googletest, .whl]:
-#     bash scripts/decode_dev.sh $OUT
+#     bash scripts/decode_dev.sh $OUT      -> $OUT/logs.tgz (every JSON and log), tables printed
 # STAGES selects parts (default "build test bench sweep peer"; "tune" runs `tessera tune decode`
 # into OUTDIR/decode_tune.tsv and times the tuned plans; "sanitize" adds compute-sanitizer over
 # the cluster and decode GPU tests); CONTEXTS, BATCHES the cases.
@@ -61,7 +61,10 @@ if has sanitize; then
     scripts/gpu_sanitize.sh build-dec/tests/tessera_gpu_tests "$out"
   mv "$out/sanitize.txt" "$out/sanitize.log"
 fi
-tar czf "$out/logs.tgz" -C "$out" --exclude logs.tgz . 2>/dev/null && find "$out" -name '*.log' -delete
+# One archive of every JSON and log comes back (the device returns at most 8 files); the tables
+# below are printed from it.
+tar czf "$out/logs.tgz" -C "$out" --exclude logs.tgz . 2>/dev/null &&
+  find "$out" -mindepth 1 -not -name logs.tgz -delete
 for f in cluster decode_sweep decode_tune decode_tuned decode_flashinfer decode_flashinfer_mla decode sanitize; do
   tar xzf "$out/logs.tgz" -O "./$f.log" 2>/dev/null | grep -v "^\[" | grep -v "^RESULT" | tail -40 | sed "1i === $f ==="
 done
