@@ -67,6 +67,9 @@ __global__ void __launch_bounds__(kThreads) absorb_kernel(const MlaUnfusedParams
   const T* w = static_cast<const T*>(p.wkv_b) + int64_t(h) * (p.nope + p.v_dim) * p.rank + j;
   const T* q = static_cast<const T*>(p.q) + (int64_t(b0) * p.num_heads + h) * dq;
   float acc[kBatchChunk] = {};
+  // Unrolled so eight weight loads are in flight at once: the grid is a few CTAs and each
+  // iteration would otherwise wait out a full memory latency.
+#pragma unroll 8
   for (int i = 0; i < p.nope; ++i) {
     const float wf = cl::to_f32(w[int64_t(i) * p.rank]);
 #pragma unroll
@@ -112,8 +115,13 @@ __global__ void __launch_bounds__(kThreads) split_attention_kernel(const MlaUnfu
     for (int64_t t0 = begin; t0 < end; t0 += kTileRows) {
       const int rows = int(min(int64_t(kTileRows), end - t0));
       __syncthreads();  // the previous tile is read
-      for (int i = threadIdx.x; i < rows * width; i += kThreads)
-        tile[i] = latent_row<T>(p, b, t0 + i / width)[i % width];
+      // 16-byte loads (width is a multiple of 8 elements: the plan checks), all issued before
+      // any is waited for.
+      const int vecs = width / 8;
+#pragma unroll 4
+      for (int i = threadIdx.x; i < rows * vecs; i += kThreads)
+        reinterpret_cast<uint4*>(tile)[i] =
+            reinterpret_cast<const uint4*>(latent_row<T>(p, b, t0 + i / vecs))[i % vecs];
       __syncthreads();
       for (int r = 0; r < rows; ++r) {
         float v[kPerLane];
@@ -152,19 +160,26 @@ __global__ void __launch_bounds__(kThreads) split_attention_kernel(const MlaUnfu
   }
 }
 
-// o_lat[b][h] = sum over splits of o_s 2^(lse_s - lse_max), over the same sum of weights; in
-// split order. One CTA a (sequence, head).
+// o_lat[b][h] = sum over splits of o_s 2^(lse_s - lse_max), over the same sum of weights; the
+// numerator in split order. One CTA a (sequence, head); the splits' weights computed once, by
+// the block, into shared memory (one thread walking them would wait out a load per split).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) merge_kernel(const MlaUnfusedParams p) {
+  extern __shared__ float weight[];  // [splits]
+  __shared__ float scratch[32];
   const int64_t bh = blockIdx.x;
-  float lse_max = kNoKey;
-  for (int s = 0; s < p.splits; ++s) lse_max = fmaxf(lse_max, p.partial_lse[bh * p.splits + s]);
-  float denom = 0.f;
-  for (int s = 0; s < p.splits; ++s) denom += rescale(p.partial_lse[bh * p.splits + s], lse_max);
+  const float* lse = p.partial_lse + bh * p.splits;
+  float local = kNoKey;
+  for (int s = threadIdx.x; s < p.splits; s += kThreads) local = fmaxf(local, lse[s]);
+  const float lse_max = cl::block_reduce(local, cl::MaxOp{}, scratch);
+  local = 0.f;
+  for (int s = threadIdx.x; s < p.splits; s += kThreads) local += weight[s] = rescale(lse[s], lse_max);
+  // (block_reduce's barrier also makes weight[] visible to every thread.)
+  const float denom = cl::block_reduce(local, cl::SumOp{}, scratch);
   for (int j = threadIdx.x; j < p.rank; j += kThreads) {
     float acc = 0.f;
-    for (int s = 0; s < p.splits; ++s)
-      acc += p.partial_o[(bh * p.splits + s) * p.rank + j] * rescale(p.partial_lse[bh * p.splits + s], lse_max);
+#pragma unroll 4
+    for (int s = 0; s < p.splits; ++s) acc += p.partial_o[(bh * p.splits + s) * p.rank + j] * weight[s];
     static_cast<T*>(p.o_lat)[bh * p.rank + j] = cl::from_f32<T>(denom > 0.f ? acc / denom : 0.f);
   }
 }
@@ -219,7 +234,7 @@ template <typename T>
 struct SplitAttention {
   static void launch(const MlaUnfusedParams& p, dim3 g, size_t smem, cudaStream_t s) {
     split_attention_kernel<T><<<g, kThreads, smem, s>>>(p);
-    merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, 0, s>>>(p);
+    merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, size_t(p.splits) * 4, s>>>(p);
   }
 };
 template <typename T>
