@@ -17,11 +17,11 @@
 //   output       CTA r's rows of Wo's columns of the head: a per-head partial, added over the
 //                heads in head order by the second kernel (sum_heads.cuh).
 // No atomics: the output is bitwise the same from run to run. This is the first, plain form of
-// the kernel (CUDA-core arithmetic, no cp.async pipeline): correct first, then fast. Its known
-// cost: a cluster per query head means every head's cluster streams the whole latent cache,
-// 16 reads of each cached row per step for DeepSeek-V2-Lite, where the row is shared by every
-// head (MQA); the next form takes all heads of a batch tile in one cluster, as FlashInfer's MLA
-// kernel takes them in one CTA.
+// the kernel (CUDA-core arithmetic, no cp.async pipeline; its loops keep several loads in
+// flight): correct first, then fast. Its known cost: a cluster per query head means every
+// head's cluster streams the whole latent cache, 16 reads of each cached row per step for
+// DeepSeek-V2-Lite, where the row is shared by every head (MQA); the next form takes all heads
+// of a sequence in one CTA, as FlashMLA and FlashInfer's MLA kernel do (docs/ARCHITECTURE.md).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,6 +43,7 @@ constexpr int kB = kMlaBatchTile;
 constexpr int kThreads = kMlaThreads;
 constexpr int kWarps = kThreads / 32;
 constexpr int kPerLane = kMlaMaxRowWidth / 32;  // row entries a lane holds in the attention
+constexpr int kRowsInFlight = 4;                 // cached rows a warp loads ahead of its softmax
 
 template <typename T>
 __device__ inline float load_f(const void* base, int64_t i) {
@@ -132,6 +133,7 @@ struct MlaDecode {
       const T* w = is_q ? static_cast<const T*>(p.wq) + (int64_t(head) * dq + rq.begin + r) * p.hidden
                         : static_cast<const T*>(p.wkv_a) + (rl.begin + r - q_rows) * int64_t(p.hidden);
       float acc[kB] = {};
+#pragma unroll 4  // four 16-byte weight loads in flight: a warp's rows would otherwise wait out each
       for (int i = lane * 8; i < p.hidden; i += 32 * 8) {
         float wf[8];
         to_float8<T>(__ldg(reinterpret_cast<const uint4*>(w + i)), wf);
@@ -206,6 +208,7 @@ struct MlaDecode {
     for (int jj = threadIdx.x; jj < per; jj += kThreads) {
       const int j = int(rr.begin) + jj;
       float acc[kB] = {};
+#pragma unroll 8  // eight weight loads in flight, not one memory latency a step
       for (int i = 0; i < p.nope; ++i) {
         const float w = cl::to_f32(wuk[int64_t(i) * p.rank + j]);
 #pragma unroll
@@ -253,16 +256,25 @@ struct MlaDecode {
           }
           fold(v);
         }
+        // The warp's tokens in order (t, t + kWarps, ...), kRowsInFlight rows loaded before the
+        // first of them is folded: one row at a time waited out a memory latency per token.
         const Range s = seq_slice(pos, n, rank);
-        for (int64_t t = s.begin + warp; t < s.end; t += kWarps) {
-          const T* row = cache_row(b, t);
-          float v[kPerLane];
+        for (int64_t t0 = s.begin + warp; t0 < s.end; t0 += int64_t(kWarps) * kRowsInFlight) {
+          float v[kRowsInFlight][kPerLane];
 #pragma unroll
-          for (int k = 0; k < kPerLane; ++k) {
-            const int j = lane + 32 * k;
-            v[k] = j < width ? cl::to_f32(row[j]) : 0.f;
+          for (int u = 0; u < kRowsInFlight; ++u) {
+            const int64_t t = t0 + int64_t(u) * kWarps;
+            if (t >= s.end) break;
+            const T* row = cache_row(b, t);
+#pragma unroll
+            for (int k = 0; k < kPerLane; ++k) {
+              const int j = lane + 32 * k;
+              v[u][k] = j < width ? cl::to_f32(row[j]) : 0.f;
+            }
           }
-          fold(v);
+#pragma unroll
+          for (int u = 0; u < kRowsInFlight; ++u)
+            if (t0 + int64_t(u) * kWarps < s.end) fold(v[u]);
         }
       }
       // The value part of the row is its first R entries.
@@ -317,6 +329,7 @@ struct MlaDecode {
                    (int64_t(head) * (p.nope + p.v_dim) + p.nope) * p.rank;
     for (int i = warp; i < p.v_dim; i += kWarps) {
       float acc[kB] = {};
+#pragma unroll 4
       for (int64_t j = rr.begin + lane; j < rr.end; j += 32) {
         const float w = cl::to_f32(wuv[int64_t(i) * p.rank + j]);
 #pragma unroll
@@ -341,6 +354,7 @@ struct MlaDecode {
     for (int64_t row = ro.begin + warp; row < ro.end; row += kWarps) {
       const T* w = static_cast<const T*>(p.wo) + row * ld + int64_t(head) * p.v_dim;
       float acc[kB] = {};
+#pragma unroll 4
       for (int i = lane; i < p.v_dim; i += 32) {
         const float wf = cl::to_f32(w[i]);
 #pragma unroll

@@ -194,6 +194,7 @@ __global__ void __launch_bounds__(kThreads) value_up_kernel(const MlaUnfusedPara
   const int nb = min(kBatchChunk, p.batch - b0);
   const T* w = static_cast<const T*>(p.wkv_b) + (int64_t(h) * (p.nope + p.v_dim) + p.nope + i) * p.rank;
   float acc[kBatchChunk] = {};
+#pragma unroll 4
   for (int j = lane; j < p.rank; j += 32) {
     const float wf = cl::to_f32(w[j]);
 #pragma unroll
