@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The decode kernel's development loop in one device call: build only what decode needs
 # (attention instantiations left out), run the cluster and decode GPU tests, the decode and
-# cluster benchmarks (a cluster-size sweep included) and the FlashInfer peers (grouped and MLA) side by side,
-# and print a short table last.
+# cluster benchmarks (a cluster-size sweep included) and the FlashInfer peers (grouped and MLA)
+# side by side, and print a short table last.
 #   device run, kind nvidia-h200, carry [.deps/cutlass, .deps/googletest, .whl]:
 #     bash scripts/decode_dev.sh $OUT      -> $OUT/logs.tgz (every JSON and log), tables printed
 # STAGES selects parts (default "build test bench sweep peer"; "tune" runs `tessera tune decode`

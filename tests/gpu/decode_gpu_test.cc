@@ -9,17 +9,15 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "decode/latent_reference.h"
-#include "gpu/sanitize_env.h"
 #include "decode/reference.h"
+#include "gpu/sanitize_env.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/decode/attention_block.h"

@@ -27,8 +27,9 @@ std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOption
   auto plan = std::make_shared<MlaUnfusedPlan>();
   plan->options = o;
   // The attention stages latent rows 16 bytes at a time.
-  TESSERA_CHECK_ARG((m.kv_lora_rank + m.rope_head_dim) % 8 == 0, "model.kv_lora_rank + model.rope_head_dim = ",
-                    m.kv_lora_rank + m.rope_head_dim, ": expected a multiple of 8");
+  const int64_t width = m.kv_lora_rank + m.rope_head_dim, rank = m.kv_lora_rank;
+  TESSERA_CHECK_ARG(width % 8 == 0, "model.kv_lora_rank + model.rope_head_dim = ", width,
+                    ": expected a multiple of 8");
   // Enough (sequence, split) CTAs for two waves, splits of at least one 16-row tile: each CTA's
   // tiles run one after another, so at short contexts many small splits beat a few long ones
   // (at least 128 rows a split left 8 CTAs for a 1k-token sequence).
@@ -36,7 +37,6 @@ std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOption
                                          1, std::max<int64_t>(1, o.max_context / 16)));
   const size_t e = dtype_size(o.dtype), b = size_t(o.max_batch), h = size_t(m.num_heads);
   const int64_t q_rows = m.num_heads * (m.nope_head_dim + m.rope_head_dim);
-  const int64_t width = m.kv_lora_rank + m.rope_head_dim, rank = m.kv_lora_rank;
   size_t cursor = 0;
   plan->xn = workspace_slot(cursor, b * m.hidden * e);
   plan->q = workspace_slot(cursor, b * q_rows * e);
