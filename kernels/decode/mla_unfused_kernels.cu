@@ -19,7 +19,6 @@ namespace cl = tessera::cluster;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBatchChunk = 8;    // sequences one CTA of the per-head products takes
-constexpr int kTileRows = 16;     // latent rows staged in shared memory at a time
 constexpr int kHeadsPerWarp = 2;  // the attention: a warp's heads (16 a CTA pass)
 constexpr int kPerLane = kMlaMaxRowWidth / 32;
 template <typename T>
@@ -82,12 +81,13 @@ __global__ void __launch_bounds__(kThreads) absorb_kernel(const MlaUnfusedParams
 }
 
 // grid (splits, batch): CTA s takes token chunk s of sequence b's rows [0, positions[b]] and
-// every head, 16 at a time (two a warp): rows staged in shared memory kTileRows at a time, each
-// read once for the 16 heads; online softmax in the log2 domain; partials (o / l, log2 l + m).
+// every head, 16 at a time (two a warp): rows staged in shared memory kMlaTileRows at a time,
+// each read once for the 16 heads; online softmax in the log2 domain; partials (o / l,
+// log2 l + m).
 template <typename T>
 __global__ void __launch_bounds__(kThreads) split_attention_kernel(const MlaUnfusedParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
-  T* tile = reinterpret_cast<T*>(smem);  // [kTileRows][width]
+  T* tile = reinterpret_cast<T*>(smem);  // [kMlaTileRows][width]
   const int split = blockIdx.x, b = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int width = p.rank + p.rope, dq = p.nope + p.rope;
   const int64_t len = int64_t(p.positions[b]) + 1;
@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kThreads) split_attention_kernel(const MlaUnfu
         o[e][k] = 0.f;
       }
     }
-    for (int64_t t0 = begin; t0 < end; t0 += kTileRows) {
-      const int rows = int(min(int64_t(kTileRows), end - t0));
+    for (int64_t t0 = begin; t0 < end; t0 += kMlaTileRows) {
+      const int rows = int(min(int64_t(kMlaTileRows), end - t0));
       __syncthreads();  // the previous tile is read
       // 16-byte loads (width is a multiple of 8 elements: the plan checks), all issued before
       // any is waited for.
@@ -261,7 +261,7 @@ void launch_mla_absorb(const MlaUnfusedParams& p, void* stream) {
 }
 
 void launch_mla_split_attention(const MlaUnfusedParams& p, void* stream) {
-  const size_t smem = size_t(kTileRows) * (p.rank + p.rope) * 2;  // 2-byte elements
+  const size_t smem = size_t(kMlaTileRows) * (p.rank + p.rope) * 2;  // 2-byte elements
   launch<SplitAttention>(p, dim3(unsigned(p.splits), unsigned(p.batch)), smem, stream);
 }
 

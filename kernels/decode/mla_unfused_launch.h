@@ -13,6 +13,9 @@
 
 namespace tessera::decode::kernels {
 
+// Latent rows the split attention stages in shared memory at a time: a split's smallest size.
+inline constexpr int kMlaTileRows = 16;
+
 struct MlaUnfusedParams {
   Element element = Element::kBF16;
   int batch = 1, num_heads = 0, rank = 0, nope = 0, rope = 0, v_dim = 0;

@@ -30,11 +30,11 @@ std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOption
   const int64_t width = m.kv_lora_rank + m.rope_head_dim, rank = m.kv_lora_rank;
   TESSERA_CHECK_ARG(width % 8 == 0, "model.kv_lora_rank + model.rope_head_dim = ", width,
                     ": expected a multiple of 8");
-  // Enough (sequence, split) CTAs for two waves, splits of at least one 16-row tile: each CTA's
+  // Enough (sequence, split) CTAs for two waves, splits of at least one staged tile: each CTA's
   // tiles run one after another, so at short contexts many small splits beat a few long ones
   // (at least 128 rows a split left 8 CTAs for a 1k-token sequence).
   plan->splits = int(std::clamp<int64_t>((2 * cuda_multiprocessor_count() + o.max_batch - 1) / o.max_batch,
-                                         1, std::max<int64_t>(1, o.max_context / 16)));
+                                         1, std::max<int64_t>(1, o.max_context / kernels::kMlaTileRows)));
   const size_t e = dtype_size(o.dtype), b = size_t(o.max_batch), h = size_t(m.num_heads);
   const int64_t q_rows = m.num_heads * (m.nope_head_dim + m.rope_head_dim);
   size_t cursor = 0;
