@@ -7,9 +7,11 @@
 #   scripts/gpu_sanitize.sh TEST_BINARY OUTDIR    -> OUTDIR/sanitize_<tool>.log, sanitize.txt
 # Each (tool, suite) pair runs as its own process, bounded by SANITIZE_TIMEOUT_S, so one slow
 # suite cannot hide the others' results. SANITIZE_SUITES (space-separated gtest filters) and
-# SANITIZE_TOOLS pick what runs; SANITIZE_JOBS pairs run at once (default 1): the tools spend
-# most of their time on the host, so several share one GPU well and a full run fits one device
-# call. Racecheck reports hazards inside cuBLASLt's kernels (names nvjet_*): closed NVIDIA kernels
+# SANITIZE_TOOLS pick what runs; SANITIZE_JOBS pairs run at once (default 8): the tools spend
+# most of their time on the host, so several share one GPU well (seven to nine at once on a
+# 16-core H200 machine, 2026-11-28; twelve cost more than they saved). All 33 pairs take more than
+# one 10-minute device call: split them by SANITIZE_TOOLS (racecheck alone, then the others).
+# Racecheck reports hazards inside cuBLASLt's kernels (names nvjet_*): closed NVIDIA kernels
 # Tessera calls as its baseline and fallback, not Tessera's to mend (docs/RELIABILITY.md, "GPU:
 # compute-sanitizer"); a suite whose tests pass and whose every hazard is inside them counts as
 # clean, and its line says how many there were. (Excluding those kernels from the tool instead,
@@ -27,7 +29,7 @@ decode="DecodeGpu.*-DecodeGpu.Llama3*:$mla DecodeGpu.Llama3* DecodeGpu.DeepSeekV
 decode+=" $mla-DecodeGpu.DeepSeekV2LiteMlaFused*"
 suites=${SANITIZE_SUITES:-"AttnGpu.* ClusterCollectivesGpu.* $decode GemmGpu.* ModelOpsGpu.* LlamaGpu.* TpLoopbackGpu.* FluxGpu.*"}
 tools=${SANITIZE_TOOLS:-"racecheck memcheck synccheck"}
-jobs=${SANITIZE_JOBS:-1}
+jobs=${SANITIZE_JOBS:-8}
 bound=${SANITIZE_TIMEOUT_S:-900}
 # The tools slow every kernel and host call many times over: the multi-process suites' waits
 # (NCCL's set-up included) get a bound to match.
