@@ -29,6 +29,7 @@
 #include "cluster/cluster_collectives.cuh"
 #include "decode/decode_device.cuh"
 #include "decode/decode_launch.h"
+#include "decode/mma_device.cuh"
 #include "decode/split_geometry.h"
 #include "decode/sum_heads.cuh"
 
@@ -42,9 +43,6 @@ constexpr int kChunkCols = 32;  // weight columns of one 16-byte load per lane q
 
 // ---- small device helpers ----------------------------------------------------------------
 
-__device__ inline uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 // A weight vector read once: not kept in L1, the next 256 bytes fetched into L2 with it.
 __device__ inline uint4 load_stream(const void* p) {
   uint4 v;
@@ -54,32 +52,6 @@ __device__ inline uint4 load_stream(const void* p) {
   return v;
 }
 __device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
-__device__ inline void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src)
-               : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-template <typename T>
-__device__ inline void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
 
 // ---- projections: 16 weight rows times the batch tile on tensor cores ----------------------
 // Lane (g = lane / 4, c = lane % 4) loads 8 consecutive columns [32k + 8c, +8) of rows g and

@@ -4,10 +4,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "cluster/cluster_collectives.cuh"
 #include "decode/decode_device.cuh"
+#include "decode/mla_attention_mma.cuh"
 #include "decode/mla_unfused_launch.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -238,6 +240,26 @@ struct SplitAttention {
     merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, size_t(p.splits) * 4, s>>>(p);
   }
 };
+// The tensor-core form (mla_attention_mma.cuh): 16 heads a CTA, grid z the head groups. Its
+// shared memory is above the default 48 KB: opted into once per device.
+template <typename T>
+struct SplitAttentionMma {
+  static void launch(const MlaUnfusedParams& p, dim3 g, size_t, cudaStream_t s) {
+    static std::atomic<uint64_t> smem_set_on{0};
+    int device = 0;
+    TESSERA_CUDA_CHECK(cudaGetDevice(&device));
+    const uint64_t bit = uint64_t(1) << (device % 64);
+    if (!(smem_set_on.load(std::memory_order_acquire) & bit)) {
+      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mla_mma::split_attention_mma_kernel<T>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              mla_mma::kSmemBytes));
+      smem_set_on.fetch_or(bit, std::memory_order_acq_rel);
+    }
+    const dim3 grid(g.x, g.y, unsigned((p.num_heads + mla_mma::kHeads - 1) / mla_mma::kHeads));
+    mla_mma::split_attention_mma_kernel<T><<<grid, mla_mma::kThreads, mla_mma::kSmemBytes, s>>>(p);
+    merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, size_t(p.splits) * 4, s>>>(p);
+  }
+};
 template <typename T>
 struct ValueUp {
   static void launch(const MlaUnfusedParams& p, dim3 g, size_t, cudaStream_t s) {
@@ -260,9 +282,21 @@ void launch_mla_absorb(const MlaUnfusedParams& p, void* stream) {
                  0, stream);
 }
 
+bool mla_attention_takes_tensor_cores(int rank, int rope) {
+  return rank == mla_mma::kRank && rope == mla_mma::kRope;
+}
+
 void launch_mla_split_attention(const MlaUnfusedParams& p, void* stream) {
+  const dim3 grid(unsigned(p.splits), unsigned(p.batch));
+  if (p.tensor_cores) {
+    TESSERA_CHECK(mla_attention_takes_tensor_cores(p.rank, p.rope), ErrorCode::kInternal,
+                  "MLA attention on tensor cores planned for kv_lora_rank = ", p.rank,
+                  ", rope_head_dim = ", p.rope, ": it takes 512 and 64");
+    launch<SplitAttentionMma>(p, grid, 0, stream);
+    return;
+  }
   const size_t smem = size_t(kMlaTileRows) * (p.rank + p.rope) * 2;  // 2-byte elements
-  launch<SplitAttention>(p, dim3(unsigned(p.splits), unsigned(p.batch)), smem, stream);
+  launch<SplitAttention>(p, grid, smem, stream);
 }
 
 void launch_mla_value_up(const MlaUnfusedParams& p, void* stream) {

@@ -37,6 +37,7 @@ struct MlaUnfusedParams {
   float* partial_lse = nullptr;  // [B, H, splits] log2 of each split's sum
   void* o_lat = nullptr;         // [B, H*R] T: the attention output, latent
   void* o_heads = nullptr;       // [B, H*Dv] T: W_UV_h o_lat, the input of Wo
+  bool tensor_cores = false;     // the attention's tensor-core form (mla_attention_mma.cuh)
 };
 
 // c = rmsnorm(c) * kv_a_norm and kr = rope(kr), rounded and appended to the cache at
@@ -48,6 +49,8 @@ void launch_mla_absorb(const MlaUnfusedParams& p, void* cuda_stream);
 // above) of (ql . c + qr . kr) * scale, times c; split over `splits` CTAs per sequence, each
 // reading a row once for every head, merged in split order.
 void launch_mla_split_attention(const MlaUnfusedParams& p, void* cuda_stream);
+// Whether the tensor-core form takes this shape (DeepSeek's: kv_lora_rank 512, rope_head_dim 64).
+bool mla_attention_takes_tensor_cores(int rank, int rope);
 // o_heads = W_UV_h o_lat for every (sequence, head).
 void launch_mla_value_up(const MlaUnfusedParams& p, void* cuda_stream);
 

@@ -4,11 +4,13 @@
 // cluster sizes. The output is poisoned first and must be fully written; the new K/V rows
 // must land in the cache and every other row stay untouched; 100 replays of a captured CUDA
 // graph must give bitwise the same output. The same for the fused MLA kernel at
-// DeepSeek-V2-Lite's shape (batches 1, 3 and 16, cluster sizes 1 to 16), and its unfused path.
+// DeepSeek-V2-Lite's shape (batches 1, 3 and 16, cluster sizes 1 to 16), and its unfused path
+// with its attention on CUDA cores and on tensor cores.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -327,6 +329,22 @@ TEST_F(DecodeGpu, DeepSeekV2LiteMlaUnfusedMatchesReference) {
   const ModelConfig m = ModelConfig::deepseek_v2_lite();
   const LatentWeights w = latent_weights(m);
   for (const Case& c : pick(every_batch_and_layout({}), {{3, true, 0}}))
+    check_latent_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
+}
+
+// The unfused path's attention on tensor cores (TESSERA_MLA_TENSOR_CORES, on trial): the same
+// checks as the CUDA-core form; its query and probabilities are rounded to bf16 for the MMAs.
+TEST_F(DecodeGpu, DeepSeekV2LiteMlaTensorCoreAttentionMatchesReference) {
+  struct ScopedEnv {  // the variable set for this test, as it was afterwards
+    const char* name = "TESSERA_MLA_TENSOR_CORES";
+    std::string before = std::getenv(name) != nullptr ? std::getenv(name) : "";
+    bool was_set = std::getenv(name) != nullptr;
+    ScopedEnv() { setenv(name, "1", 1); }
+    ~ScopedEnv() { was_set ? setenv(name, before.c_str(), 1) : unsetenv(name); }
+  } tensor_cores;
+  const ModelConfig m = mla_model();
+  const LatentWeights w = latent_weights(m);
+  for (const Case& c : pick(every_batch_and_layout({{40, false, 0}}), {{3, true, 0}}))
     check_latent_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
 }
 

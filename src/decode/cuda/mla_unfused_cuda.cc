@@ -10,8 +10,16 @@
 #include "decode/mla_unfused_launch.h"
 #include "decode/unfused_launch.h"
 #include "gemm/cuda/blaslt.h"
+#include "tessera/core/params.h"
 
 namespace tessera::decode::detail {
+
+// Off until measured beside the CUDA-core form (`bench decode --models deepseek-v2-lite --impls
+// unfused` with it set and unset, side by side); it goes, or becomes the default, then.
+const Param<bool> kMlaTensorCores(
+    "TESSERA_MLA_TENSOR_CORES", false,
+    "unfused MLA decode: the attention over the latent rows on tensor cores, 16 heads a CTA "
+    "(kv_lora_rank 512 and rope_head_dim 64 only; on trial)");
 
 struct MlaUnfusedPlan {
   AttentionBlockOptions options;
@@ -99,6 +107,8 @@ void cuda_mla_unfused_attention_block(const MlaUnfusedPlan& plan, std::span<cons
   std::copy(inv_freq.begin(), inv_freq.end(), p.inv_freq);
   p.ql = reinterpret_cast<float*>(ws + plan.ql);
   p.splits = plan.splits;
+  p.tensor_cores = kMlaTensorCores.get() &&
+                   kernels::mla_attention_takes_tensor_cores(p.rank, p.rope);
   p.partial_o = reinterpret_cast<float*>(ws + plan.partial_o);
   p.partial_lse = reinterpret_cast<float*>(ws + plan.partial_lse);
   p.o_lat = ws + plan.o_lat;
