@@ -4,7 +4,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "cluster/cluster_collectives.cuh"
@@ -241,20 +240,13 @@ struct SplitAttention {
   }
 };
 // The tensor-core form (mla_attention_mma.cuh): 16 heads a CTA, grid z the head groups. Its
-// shared memory is above the default 48 KB: opted into once per device.
+// shared memory is above the default 48 KB (opted into at each launch, as the fused kernels do).
 template <typename T>
 struct SplitAttentionMma {
   static void launch(const MlaUnfusedParams& p, dim3 g, size_t, cudaStream_t s) {
-    static std::atomic<uint64_t> smem_set_on{0};
-    int device = 0;
-    TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-    const uint64_t bit = uint64_t(1) << (device % 64);
-    if (!(smem_set_on.load(std::memory_order_acquire) & bit)) {
-      TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mla_mma::split_attention_mma_kernel<T>,
-                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              mla_mma::kSmemBytes));
-      smem_set_on.fetch_or(bit, std::memory_order_acq_rel);
-    }
+    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mla_mma::split_attention_mma_kernel<T>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            mla_mma::kSmemBytes));
     const dim3 grid(g.x, g.y, unsigned((p.num_heads + mla_mma::kHeads - 1) / mla_mma::kHeads));
     mla_mma::split_attention_mma_kernel<T><<<grid, mla_mma::kThreads, mla_mma::kSmemBytes, s>>>(p);
     merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, size_t(p.splits) * 4, s>>>(p);

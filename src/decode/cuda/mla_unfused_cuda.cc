@@ -24,6 +24,7 @@ const Param<bool> kMlaTensorCores(
 struct MlaUnfusedPlan {
   AttentionBlockOptions options;
   int splits = 1;
+  bool tensor_cores = false;  // the attention's form, read from kMlaTensorCores at plan time
   std::unique_ptr<BlasLtLinear> q_proj, kv_a_proj, o_proj;
   // Workspace offsets in bytes.
   size_t xn = 0, q = 0, lat = 0, ql = 0, partial_o = 0, partial_lse = 0, o_lat = 0, o_heads = 0;
@@ -43,6 +44,8 @@ std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOption
   // (at least 128 rows a split left 8 CTAs for a 1k-token sequence).
   plan->splits = int(std::clamp<int64_t>((2 * cuda_multiprocessor_count() + o.max_batch - 1) / o.max_batch,
                                          1, std::max<int64_t>(1, o.max_context / kernels::kMlaTileRows)));
+  plan->tensor_cores = kMlaTensorCores.get() &&
+                       kernels::mla_attention_takes_tensor_cores(int(rank), int(m.rope_head_dim));
   const size_t e = dtype_size(o.dtype), b = size_t(o.max_batch), h = size_t(m.num_heads);
   const int64_t q_rows = m.num_heads * (m.nope_head_dim + m.rope_head_dim);
   size_t cursor = 0;
@@ -107,8 +110,7 @@ void cuda_mla_unfused_attention_block(const MlaUnfusedPlan& plan, std::span<cons
   std::copy(inv_freq.begin(), inv_freq.end(), p.inv_freq);
   p.ql = reinterpret_cast<float*>(ws + plan.ql);
   p.splits = plan.splits;
-  p.tensor_cores = kMlaTensorCores.get() &&
-                   kernels::mla_attention_takes_tensor_cores(p.rank, p.rope);
+  p.tensor_cores = plan.tensor_cores;
   p.partial_o = reinterpret_cast<float*>(ws + plan.partial_o);
   p.partial_lse = reinterpret_cast<float*>(ws + plan.partial_lse);
   p.o_lat = ws + plan.o_lat;
