@@ -32,6 +32,20 @@ int total_chunks(const TpPlan& plan) {
   return int(std::min<int64_t>(total, int64_t(1) << 30));
 }
 
+// The slots of the protocol itself, before the released words.
+int protocol_signal_slots(const TpPlan& plan) {
+  const int p = plan.request.world_size;
+  switch (plan.request.op) {
+    case TpOp::kAllGatherGemm:
+      return total_chunks(plan) + (plan.transfer == Transfer::kPull ? p : 0);
+    case TpOp::kGemmReduceScatter:
+      return plan.two_level ? 2 * p : p;
+    case TpOp::kGemmAllToAll:
+      return p;
+  }
+  return 0;
+}
+
 }  // namespace
 
 void validate_plan(const TpPlan& plan, int num_slots) {
@@ -155,17 +169,12 @@ int relay_signal(const TpPlan& plan, int source) {
   return plan.request.world_size + source;
 }
 
+int released_signal(const TpPlan& plan, int consumer) {
+  return protocol_signal_slots(plan) + consumer;
+}
+
 int num_signal_slots(const TpPlan& plan) {
-  const int p = plan.request.world_size;
-  switch (plan.request.op) {
-    case TpOp::kAllGatherGemm:
-      return total_chunks(plan) + (plan.transfer == Transfer::kPull ? p : 0);
-    case TpOp::kGemmReduceScatter:
-      return plan.two_level ? 2 * p : p;
-    case TpOp::kGemmAllToAll:
-      return p;
-  }
-  return 0;
+  return protocol_signal_slots(plan) + plan.request.world_size;
 }
 
 std::string describe(const TpPlan& plan) {

@@ -95,9 +95,9 @@ TEST(TpPlan, RefusesPlansThatCannotRun) {
                    p.request.op = TpOp::kGemmAllToAll;
                  }),
                  {"two_level = true", "gemm_a2a"});
-  // 64 rows in chunks of one: 64 signals, more than 10 slots.
+  // 64 rows in chunks of one: 64 signals and 4 released words, more than 10 slots.
   expect_invalid(with([](TpPlan& p) { p.comm_rows = 1; }, 10),
-                 {"comm_rows = 1", "64 signal slots", "heap has 10"});
+                 {"comm_rows = 1", "68 signal slots", "heap has 10"});
 }
 
 TEST(TpPlan, SchedulesCoverEveryOutputOnceInTheDocumentedOrder) {
@@ -185,6 +185,7 @@ TEST(TpPlan, ChunksCoverEachShareOnceWithDistinctSignals) {
       }
       EXPECT_EQ(next, share.begin + share.count);
       EXPECT_TRUE(slots.insert(ready_signal(plan, source)).second);
+      EXPECT_TRUE(slots.insert(released_signal(plan, source)).second);
     }
     EXPECT_EQ(int(slots.size()), num_signal_slots(plan));
     EXPECT_EQ(*slots.rbegin(), num_signal_slots(plan) - 1);

@@ -14,7 +14,8 @@
 // Communication tiles (AllGather): each source's rows in chunks of comm_rows, one signal each.
 // Signals: slot ids in [0, num_signal_slots()); AllGather uses one per (source, chunk) plus,
 // for pull, one "rows ready" slot per source; ReduceScatter and AllToAll count tiles per source
-// (kAdd) in one slot per source (two-level ReduceScatter: one more per source machine).
+// (kAdd) in one slot per source (two-level ReduceScatter: one more per source machine); then
+// one "released" slot per consumer (released_signal).
 #pragma once
 
 #include <cstdint>
@@ -92,6 +93,10 @@ int chunk_signal(const TpPlan& plan, int source, int64_t chunk);  // AllGather
 int ready_signal(const TpPlan& plan, int source);                 // AllGather, pull
 int count_signal(const TpPlan& plan, int source);  // ReduceScatter/AllToAll tiles from source
 int relay_signal(const TpPlan& plan, int source);  // two-level ReduceScatter: into a relay
+// The cuda protocols: `consumer` raises it at every sender once it no longer reads what they
+// sent in the call (its GEMM read the gathered rows, its sum the partials); a sender's next
+// call writes into the consumer's buffer after it, in place of a barrier.
+int released_signal(const TpPlan& plan, int consumer);
 int num_signal_slots(const TpPlan& plan);
 
 std::string describe(const TpPlan& plan);  // one line: fused or not, tiles, transfer, route

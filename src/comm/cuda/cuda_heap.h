@@ -81,7 +81,7 @@ class CudaSymmetricHeap : public SymmetricHeap {
   size_t capacity_bytes() const { return heap_bytes_; }
   // User signal slot `slot` of `peer` (this rank included) as this GPU can load/store it, for
   // kernels that spin on this rank's slots and stream memory operations that raise a peer's
-  // (stream_write.h); nullptr when the peer is not load/store reachable or its traffic is paced
+  // (stream_memops.h); nullptr when the peer is not load/store reachable or its traffic is paced
   // (an emulated machine: only the heap's own calls keep to the emulated link).
   uint64_t* signal_word_address(int peer, int slot) const;
   // Where this heap's waits, and kernels waiting on its signals, record a timeout; check_errors()

@@ -3,18 +3,25 @@
 //   1. this rank's rows into its own gather buffer on the caller's stream, then their signal
 //      words (a copy within one GPU may run as a kernel: on the side stream it could wait for
 //      a multiprocessor that the spinning GEMM holds);
-//   2. a heap barrier: no rank overwrites a gather buffer whose previous GEMM still reads it;
-//   3. on a side stream, the rows go to rank+1, rank+2, ... (so each rank receives from one
-//      source at a time, rank-1 first: the plan's gather_order), a chunk of comm_rows by copy
-//      engine into the peer's `gathered`, then the chunk's signal word at the peer written by
-//      the stream (cuStreamWriteValue64, after the copy: no multiprocessor, so the signals never
-//      queue behind the GEMM that spins on them). A side stream per peer, all sending at once,
-//      measured no faster (4 H200, docs/PERF.md);
-//   4. the GEMM on every multiprocessor, each row tile waiting for its chunks' words to reach
-//      this call's epoch (kernels/tp/), visiting the local rows first; launched before step 3
+//   2. the GEMM on every multiprocessor, each row tile waiting for its chunks' words to reach
+//      this call's epoch (kernels/tp/), visiting the local rows first; launched before step 4
 //      is enqueued, so that the host's time enqueueing the pushes (a few us per chunk) is not
 //      spent with the GPU idle;
+//   3. after the GEMM, on the caller's stream: this rank's gather buffer released to every
+//      sender (its word at each, released_signal, raised to the epoch by the stream);
+//   4. on a side stream, the rows go to rank+1, rank+2, ... (so each rank receives from one
+//      source at a time, rank-1 first: the plan's gather_order). Before the first chunk to a
+//      peer the stream waits (cuStreamWaitValue64, no multiprocessor) until that peer released
+//      the previous call's buffer: a wait per peer, off the GEMM's path, in place of a heap
+//      barrier before the GEMM (14 to 34 us on 4 H200, docs/PERF.md). Then a chunk of comm_rows
+//      by copy engine into the peer's `gathered`, then the chunk's signal word at the peer
+//      written by the stream (after the copy: no multiprocessor, so the signals never queue
+//      behind the GEMM that spins on them). A side stream per peer, all sending at once,
+//      measured no faster (4 H200, docs/PERF.md);
 //   5. the caller's stream joins the side stream.
+// The release wait has no timeout of its own (the driver's waits have none); it is bounded all
+// the same: the peer that does not release also sends nothing more, and this rank's GEMM of the
+// same call times out waiting for its rows, naming it.
 // Signal words hold the epoch of the call that last raised them, so nothing resets them; they
 // are zeroed once, when the operation is made.
 #include <cuda_runtime.h>
@@ -23,7 +30,7 @@
 #include <optional>
 #include <vector>
 
-#include "comm/cuda/stream_write.h"
+#include "comm/cuda/stream_memops.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
 #include "tessera/runtime/cuda_check.h"
@@ -62,6 +69,7 @@ class FusedAllGather final : public CudaTpRunner {
     const auto s = static_cast<cudaStream_t>(stream.cuda_stream());
     const RowRange mine = row_range(r.m, p, rank);
     phases_.start(s);
+    ready_.record(stream);  // the pushes read only `a`
     if (mine.count > 0) {
       TESSERA_CUDA_CHECK(cudaMemcpyAsync(peer_gathered_[size_t(rank)] + size_t(mine.begin) * row_bytes_,
                                          a.data(), size_t(mine.count) * row_bytes_,
@@ -72,18 +80,21 @@ class FusedAllGather final : public CudaTpRunner {
       }
     }
     phases_.mark("local rows", s);
-    words_.heap().barrier(stream);
-    phases_.mark("barrier", s);
-    ready_.record(stream);
     // The GEMM first: its tiles of local rows start while the host still enqueues the pushes.
     kernel_->launch(gathered_.local, b.data(), bias.empty() ? nullptr : bias.data(), out.data(),
                     words_.word(rank, 0), epoch, wait_timeout_ms(), words_.heap().timeout_log(),
                     sms_, s);
     phases_.mark("gemm", s);
+    for (int i = 1; i < p; ++i) {
+      cuda_comm::stream_write_value64(s, words_.word((rank + i) % p, released_signal(plan_, rank)),
+                                      epoch, "fused ag_gemm: this rank's released word");
+    }
     ready_.wait_on(side_);
     const auto side = static_cast<cudaStream_t>(side_.cuda_stream());
     for (int i = 1; i < p; ++i) {
       const int q = (rank + i) % p;
+      cuda_comm::stream_wait_value64_geq(side, words_.word(rank, released_signal(plan_, q)),
+                                         epoch - 1, "fused ag_gemm: a peer's released word");
       for (int64_t c = 0; c < num_chunks(plan_, rank); ++c) {
         const RowRange rows = chunk_rows(plan_, rank, c);
         TESSERA_CUDA_CHECK(cudaMemcpyAsync(
@@ -105,7 +116,7 @@ class FusedAllGather final : public CudaTpRunner {
   SymmetricBuffer gathered_;
   PeerWords words_;
   Stream side_;
-  Event ready_, sent_;  // the side stream starts after the barrier; the caller's joins it
+  Event ready_, sent_;  // the side stream starts with the call; the caller's joins it
   int sms_ = 0;
   size_t row_bytes_ = 0;
   std::optional<AgGemmKernel> kernel_;

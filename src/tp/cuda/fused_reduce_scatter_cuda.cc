@@ -7,11 +7,16 @@
 //      kSplitRows rows), one GEMM per owner in owner_order (rank+1, rank+2, ..., this rank last,
 //      into its own block), else one GEMM of all rows (split P ways a small GEMM would read the
 //      weights P times);
-//   2. on a side stream: a heap barrier (no source overwrites a block whose owner still sums
-//      it; off the GEMMs' path), then each owner's rows by copy engine as soon as its GEMM is
-//      done, then the owner's word written by the stream; the copies overlap the next GEMM;
+//   2. on a side stream, each owner's rows by copy engine as soon as its GEMM is done, then the
+//      owner's word written by the stream; the copies overlap the next GEMM. Before the copy to
+//      an owner the stream waits (cuStreamWaitValue64) until the owner released the previous
+//      call's block (no source overwrites a block whose owner still sums it), in place of a
+//      heap barrier before the first copy;
 //   3. the owner waits for every source's word (bounded, naming the source), joins the side
-//      stream and sums.
+//      stream, sums, and releases its blocks to every source (its word at each,
+//      released_signal, raised to the epoch by the stream after the sum).
+// A release wait has no timeout of its own; an owner that does not release also sends nothing
+// more, and this rank's wait for that owner's partial (step 3) times out naming it.
 // A ReduceScatter epilogue hook inside the GEMM (Flux's per-tile stores) is not built.
 #include <cuda_runtime.h>
 
@@ -21,7 +26,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/cuda/stream_write.h"
+#include "comm/cuda/stream_memops.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/gemm/gemm.h"
@@ -56,7 +61,6 @@ class FusedReduceScatter final : public CudaTpRunner {
         partials_(partials),
         words_(ctx, signal_base, num_signal_slots(plan), "fused gemm_rs on cuda"),
         side_(Stream::create_cuda(ctx.device.index)),
-        ready_(Event::create(side_)),
         sent_(Event::create(side_)) {
     const TpRequest& r = plan.request;
     const int p = r.world_size;
@@ -110,6 +114,8 @@ class FusedReduceScatter final : public CudaTpRunner {
     auto send = [&](int owner, const RowRange& rows, Event& computed) {
       computed.record(stream);
       computed.wait_on(side_);
+      cuda_comm::stream_wait_value64_geq(side, words_.word(rank, released_signal(plan_, owner)),
+                                         epoch - 1, "fused gemm_rs: an owner's released word");
       if (rows.count > 0) {
         TESSERA_CUDA_CHECK(cudaMemcpyAsync(block_of(owner), product_rows(rows),
                                            size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice,
@@ -121,10 +127,6 @@ class FusedReduceScatter final : public CudaTpRunner {
     };
     cuda_comm::CudaSymmetricHeap& heap = words_.heap();
     phases_.start(s);
-    ready_.record(stream);
-    ready_.wait_on(side_);
-    heap.barrier(side_);
-    phases_.mark("barrier", side);
     if (split_) {
       for (int owner : owner_order(plan_, rank)) {
         const RowRange rows = row_range(r.m, p, owner);
@@ -176,6 +178,10 @@ class FusedReduceScatter final : public CudaTpRunner {
     kernels::launch_sum_partials(sum, stream.cuda_stream());
     TESSERA_CUDA_CHECK(cudaGetLastError());
     phases_.mark("sum", s);
+    for (int i = 1; i < p; ++i) {
+      cuda_comm::stream_write_value64(s, words_.word((rank + i) % p, released_signal(plan_, rank)),
+                                      epoch, "fused gemm_rs: this owner's released word");
+    }
   }
 
  private:
@@ -183,8 +189,8 @@ class FusedReduceScatter final : public CudaTpRunner {
   TpPlan plan_;
   SymmetricBuffer partials_;
   PeerWords words_;
-  Stream side_;  // the barrier and the copies to the owners
-  Event ready_, sent_;  // the side stream starts after the caller's work; the caller's joins it
+  Stream side_;  // the copies to the owners
+  Event sent_;    // the caller's stream joins the side stream before the sum
   std::vector<Event> computed_;  // per owner: its rows are computed
   int64_t share_ = 0;
   size_t out_elem_ = 2;

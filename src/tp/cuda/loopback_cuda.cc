@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "comm/cuda/signal_kernels.h"
-#include "comm/cuda/stream_write.h"
+#include "comm/cuda/stream_memops.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
