@@ -213,7 +213,10 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
     if (latent) {
       const std::string why = detail::cuda_mla_unsupported_reason(m);
       TESSERA_CHECK(why.empty(), ErrorCode::kUnsupported, why);
-      if (options.impl == DecodeImpl::kUnfused) {
+      // kAuto: unfused, faster than the fused kernel at every measured shape (0.11x to 0.18x
+      // of its time on one H200, docs/PERF.md) until the fused kernel reads the latent cache
+      // once for all heads (docs/ARCHITECTURE.md).
+      if (options.impl != DecodeImpl::kFused) {
         impl_ = DecodeImpl::kUnfused;
         mla_unfused_ = detail::cuda_plan_mla_unfused(options);
         inv_freq_ = rope_inv_freq(m);

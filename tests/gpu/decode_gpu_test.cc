@@ -265,13 +265,13 @@ class DecodeGpu : public ::testing::Test {
   // One MLA step on the GPU and on the reference: the output within bf16 error, the appended
   // latent rows as the reference's (one bf16 rounding), every other row untouched.
   void check_latent_step(const ModelConfig& m, const LatentWeights& w, int64_t batch, bool paged,
-                         int cluster, DecodeImpl impl = DecodeImpl::kAuto) {
+                         int cluster, DecodeImpl impl = DecodeImpl::kFused) {
     SCOPED_TRACE(::testing::Message() << m.name << " batch " << batch
                                       << (paged ? " paged" : " contiguous") << " cluster " << cluster
                                       << (impl == DecodeImpl::kUnfused ? " unfused" : " fused"));
     AttentionBlock block({m, batch, kMaxContext, kBf16, paged, kPageSize, Device::cuda(0), impl,
                           cluster});
-    ASSERT_EQ(block.impl(), impl == DecodeImpl::kUnfused ? DecodeImpl::kUnfused : DecodeImpl::kFused);
+    ASSERT_EQ(block.impl(), impl);
     const std::vector<int64_t> shape =
         cache_shape(paged, batch, 1, m.kv_lora_rank + m.rope_head_dim);
     Pair latent = random(shape, kBf16, 61, -1.f, 1.f);
@@ -332,17 +332,13 @@ TEST_F(DecodeGpu, DeepSeekV2LiteMlaUnfusedMatchesReference) {
     check_latent_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
 }
 
-// The unfused path's attention on tensor cores (TESSERA_MLA_TENSOR_CORES, on trial): the same
-// checks as the CUDA-core form; its query and probabilities are rounded to bf16 for the MMAs.
-TEST_F(DecodeGpu, DeepSeekV2LiteMlaTensorCoreAttentionMatchesReference) {
-  struct ScopedEnv {  // the variable set for this test, as it was afterwards
-    const char* name = "TESSERA_MLA_TENSOR_CORES";
-    std::string before = std::getenv(name) != nullptr ? std::getenv(name) : "";
-    bool was_set = std::getenv(name) != nullptr;
-    ScopedEnv() { setenv(name, "1", 1); }
-    ~ScopedEnv() { was_set ? setenv(name, before.c_str(), 1) : unsetenv(name); }
-  } tensor_cores;
-  const ModelConfig m = mla_model();
+// The unfused path's attention on CUDA cores, the form for latent widths the tensor-core form
+// does not take (it takes kv_lora_rank 512 and rope_head_dim 64, which the test above runs):
+// kv_lora_rank 256, batch 40 (more than one batch chunk) and paged.
+TEST_F(DecodeGpu, MlaCudaCoreAttentionMatchesReference) {
+  ModelConfig m = mla_model();
+  m.kv_lora_rank = 256;
+  m.name += " (kv_lora_rank 256)";
   const LatentWeights w = latent_weights(m);
   for (const Case& c : pick(every_batch_and_layout({{40, false, 0}}), {{3, true, 0}}))
     check_latent_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
@@ -373,20 +369,23 @@ TEST_F(DecodeGpu, MlaGraphReplaysAreBitwiseIdentical) {
   const ModelConfig m = mla_model();
   const LatentWeights w = latent_weights(m);
   const int64_t batch = 3, width = m.kv_lora_rank + m.rope_head_dim;
-  AttentionBlock block({m, batch, kMaxContext, kBf16, false, kPageSize, Device::cuda(0)});
-  Pair latent = random({batch, kMaxContext, 1, width}, kBf16, 71, -1.f, 1.f);
-  Pair x = random({batch, m.hidden}, kBf16, 72, -1.f, 1.f);
-  Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
-  for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = int32_t(100 + 37 * b);
-  upload(pos);
-  Tensor out = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
-  Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
-  const DecodeStep step{x.device, pos.device, out};
-  const KvCache cache{latent.device, {}, {}};
-  block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
-  stream_.synchronize();
+  for (DecodeImpl impl : {DecodeImpl::kFused, DecodeImpl::kUnfused}) {
+    SCOPED_TRACE(impl == DecodeImpl::kFused ? "fused" : "unfused");
+    AttentionBlock block({m, batch, kMaxContext, kBf16, false, kPageSize, Device::cuda(0), impl});
+    Pair latent = random({batch, kMaxContext, 1, width}, kBf16, 71, -1.f, 1.f);
+    Pair x = random({batch, m.hidden}, kBf16, 72, -1.f, 1.f);
+    Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
+    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = int32_t(100 + 37 * b);
+    upload(pos);
+    Tensor out = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
+    Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
+    const DecodeStep step{x.device, pos.device, out};
+    const KvCache cache{latent.device, {}, {}};
+    block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
+    stream_.synchronize();
 
-  expect_replays_bitwise([&] { block.run(step, w.device(), cache, ws, stream_); }, out);
+    expect_replays_bitwise([&] { block.run(step, w.device(), cache, ws, stream_); }, out);
+  }
 }
 
 TEST_F(DecodeGpu, BadPlansAreRefusedWithTheArgumentsName) {
@@ -407,9 +406,10 @@ TEST_F(DecodeGpu, BadPlansAreRefusedWithTheArgumentsName) {
   o.model = odd;
   o.impl = DecodeImpl::kFused;  // kAuto would take the unfused path for head_dim 64
   EXPECT_THROW(AttentionBlock{o}, Error);
-  // MLA: a cluster size that does not divide its cuts (576 = R + Dr by 3 does, 192 does, 512 not).
+  // MLA: a cluster size that does not divide the fused kernel's cuts (576 = R + Dr by 3 does,
+  // 192 does, 512 not).
   AttentionBlockOptions mla{ModelConfig::deepseek_v2_lite(), 1, 4096, kBf16, false, kPageSize,
-                            Device::cuda(0), DecodeImpl::kAuto, 3};
+                            Device::cuda(0), DecodeImpl::kFused, 3};
   try {
     AttentionBlock b(mla);
     ADD_FAILURE() << "no error; expected one naming cluster_size = 3";

@@ -106,7 +106,7 @@ struct DecodeStep {
 // kAuto: fused where the fused kernel takes the shape (head_dim 128, 1/2/4/8 query heads per
 // KV head, hidden a multiple of 128), else unfused. kUnfused: cuBLASLt projections, a RoPE and
 // cache-append kernel and split-KV attention (cuda); the float64 reference (cpu). MLA plans
-// run as above (kAuto: fused).
+// run as above, but kAuto is unfused on cuda (there the faster path at every measured shape).
 enum class DecodeImpl { kAuto, kFused, kUnfused };
 
 struct AttentionBlockOptions {

@@ -10,21 +10,13 @@
 #include "decode/mla_unfused_launch.h"
 #include "decode/unfused_launch.h"
 #include "gemm/cuda/blaslt.h"
-#include "tessera/core/params.h"
 
 namespace tessera::decode::detail {
-
-// Off until measured beside the CUDA-core form (`bench decode --models deepseek-v2-lite --impls
-// unfused` with it set and unset, side by side); it goes, or becomes the default, then.
-const Param<bool> kMlaTensorCores(
-    "TESSERA_MLA_TENSOR_CORES", false,
-    "unfused MLA decode: the attention over the latent rows on tensor cores, 16 heads a CTA "
-    "(kv_lora_rank 512 and rope_head_dim 64 only; on trial)");
 
 struct MlaUnfusedPlan {
   AttentionBlockOptions options;
   int splits = 1;
-  bool tensor_cores = false;  // the attention's form, read from kMlaTensorCores at plan time
+  bool tensor_cores = false;  // the attention's form: tensor cores where they take the shape
   std::unique_ptr<BlasLtLinear> q_proj, kv_a_proj, o_proj;
   // Workspace offsets in bytes.
   size_t xn = 0, q = 0, lat = 0, ql = 0, partial_o = 0, partial_lse = 0, o_lat = 0, o_heads = 0;
@@ -44,8 +36,9 @@ std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOption
   // (at least 128 rows a split left 8 CTAs for a 1k-token sequence).
   plan->splits = int(std::clamp<int64_t>((2 * cuda_multiprocessor_count() + o.max_batch - 1) / o.max_batch,
                                          1, std::max<int64_t>(1, o.max_context / kernels::kMlaTileRows)));
-  plan->tensor_cores = kMlaTensorCores.get() &&
-                       kernels::mla_attention_takes_tensor_cores(int(rank), int(m.rope_head_dim));
+  // Tensor cores where the kernel takes the shape (kv_lora_rank 512, rope_head_dim 64: the
+  // DeepSeek-V2/V3 family): 0.96x to 7.1x the CUDA-core form's speed on one H200 (docs/PERF.md).
+  plan->tensor_cores = kernels::mla_attention_takes_tensor_cores(int(rank), int(m.rope_head_dim));
   const size_t e = dtype_size(o.dtype), b = size_t(o.max_batch), h = size_t(m.num_heads);
   const int64_t q_rows = m.num_heads * (m.nope_head_dim + m.rope_head_dim);
   size_t cursor = 0;

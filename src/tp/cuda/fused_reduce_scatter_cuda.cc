@@ -7,9 +7,8 @@
 //      kSplitRows rows), one GEMM per owner in owner_order (rank+1, rank+2, ..., this rank last,
 //      into its own block), else one GEMM of all rows (split P ways a small GEMM would read the
 //      weights P times);
-//   2. on a side stream (or one per owner: TESSERA_TP_RS_CONCURRENT_COPIES, on trial), each
-//      owner's rows by copy engine as soon as its GEMM is done, then the owner's word written
-//      by the stream; the copies overlap the next GEMM. Before the copy to
+//   2. on a side stream, each owner's rows by copy engine as soon as its GEMM is done, then the
+//      owner's word written by the stream; the copies overlap the next GEMM. Before the copy to
 //      an owner the stream waits (cuStreamWaitValue64) until the owner released the previous
 //      call's block (no source overwrites a block whose owner still sums it), in place of a
 //      heap barrier before the first copy;
@@ -30,7 +29,6 @@
 #include "comm/cuda/stream_memops.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
-#include "tessera/core/params.h"
 #include "tessera/gemm/gemm.h"
 #include "tessera/runtime/cuda_check.h"
 #include "tp/cuda/peer_words.h"
@@ -42,13 +40,6 @@ namespace tessera::tp::detail {
 namespace {
 
 constexpr int64_t kSplitRows = 512;
-
-// On trial: each owner's copies on a stream of their own (concurrent over the NVLink pairs)
-// rather than one after another on one side stream; measured side by side, then it goes or
-// becomes the rule.
-const Param<bool> kConcurrentCopies(
-    "TESSERA_TP_RS_CONCURRENT_COPIES", false,
-    "fused GEMM+ReduceScatter on cuda: each owner's rows on a copy stream of its own (on trial)");
 
 model::kernels::Element element(DType d) {
   switch (d) {
@@ -68,19 +59,16 @@ class FusedReduceScatter final : public CudaTpRunner {
       : ctx_(ctx),
         plan_(plan),
         partials_(partials),
-        words_(ctx, signal_base, num_signal_slots(plan), "fused gemm_rs on cuda") {
+        words_(ctx, signal_base, num_signal_slots(plan), "fused gemm_rs on cuda"),
+        side_(Stream::create_cuda(ctx.device.index)),
+        sent_(Event::create(side_)) {
     const TpRequest& r = plan.request;
     const int p = r.world_size;
-    const int copy_streams = kConcurrentCopies.get() ? p : 1;
-    for (int i = 0; i < copy_streams; ++i) {
-      sides_.push_back(Stream::create_cuda(ctx.device.index));
-      sent_.push_back(Event::create(sides_.back()));
-    }
     share_ = (r.m + p - 1) / p;
     out_elem_ = dtype_size(r.out_dtype);
     for (int q = 0; q < p; ++q) {
       peer_partials_.push_back(words_.buffer(partials_, q));
-      computed_.push_back(Event::create(sides_[0]));
+      computed_.push_back(Event::create(side_));
     }
     int64_t smallest = r.m;
     for (int o = 0; o < p; ++o) smallest = std::min(smallest, row_range(r.m, p, o).count);
@@ -113,6 +101,7 @@ class FusedReduceScatter final : public CudaTpRunner {
     const int64_t k_rank = r.k / p;
     const uint64_t epoch = ++epoch_;
     const auto s = static_cast<cudaStream_t>(stream.cuda_stream());
+    const auto side = static_cast<cudaStream_t>(side_.cuda_stream());
     const size_t in_elem = dtype_size(r.dtype), row_out = size_t(r.n) * out_elem_;
     const size_t block_bytes = size_t(share_) * row_out;
     auto block_of = [&](int owner) {  // this rank's block in `owner`'s partials
@@ -121,12 +110,10 @@ class FusedReduceScatter final : public CudaTpRunner {
     auto product_rows = [&](const RowRange& rows) {
       return static_cast<std::byte*>(product_.data()) + size_t(rows.begin) * row_out;
     };
-    // `owner`'s rows, computed on the caller's stream, to the owner by a side stream.
+    // `owner`'s rows, computed on the caller's stream, to the owner by the side stream.
     auto send = [&](int owner, const RowRange& rows, Event& computed) {
-      const Stream& copier = sides_[size_t(owner) % sides_.size()];
-      const auto side = static_cast<cudaStream_t>(copier.cuda_stream());
       computed.record(stream);
-      computed.wait_on(copier);
+      computed.wait_on(side_);
       cuda_comm::stream_wait_value64_geq(side, words_.word(rank, released_signal(plan_, owner)),
                                          epoch - 1, "fused gemm_rs: an owner's released word");
       if (rows.count > 0) {
@@ -177,10 +164,8 @@ class FusedReduceScatter final : public CudaTpRunner {
                          stream);
     }
     phases_.mark("partials arrived", s);
-    for (size_t i = 0; i < sides_.size(); ++i) {  // the next call's GEMMs overwrite what they copy
-      sent_[i].record(sides_[i]);
-      sent_[i].wait_on(stream);
-    }
+    sent_.record(side_);  // the next call's GEMMs overwrite what the side stream copies
+    sent_.wait_on(stream);
     kernels::SumPartialsParams sum;
     sum.element = element(r.out_dtype);
     sum.partials = peer_partials_[size_t(rank)];
@@ -204,8 +189,8 @@ class FusedReduceScatter final : public CudaTpRunner {
   TpPlan plan_;
   SymmetricBuffer partials_;
   PeerWords words_;
-  std::vector<Stream> sides_;  // the copies to the owners: one stream, or one per owner
-  std::vector<Event> sent_;    // the caller's stream joins them before the sum
+  Stream side_;  // the copies to the owners
+  Event sent_;    // the caller's stream joins the side stream before the sum
   std::vector<Event> computed_;  // per owner: its rows are computed
   int64_t share_ = 0;
   size_t out_elem_ = 2;
