@@ -101,16 +101,23 @@ __global__ void __launch_bounds__(kThreads) split_attention_mma_kernel(const Mla
     __syncthreads();  // this pass's stage (and, first, Q) is in shared memory for every warp
     const T* k_s = stages + (pass % 2) * (kTokens * kStride);
 
-    // Scores of this warp's 8 tokens: two k16 steps per 32 columns.
-    float s[4] = {};
+    // Scores of this warp's 8 tokens: two k16 steps per 32 columns, into four accumulators
+    // taken in turn (one would chain all 36 MMAs, each waiting out the previous one's latency),
+    // summed in a fixed order.
+    float acc[4][4] = {};
+#pragma unroll
     for (int kk = 0; kk < kWidth; kk += 32) {
+      const int a = (kk / 32) % 2;
       uint32_t a0[4], a1[4], kb[4];
       ldmatrix_x4<false>(a0, q_s + (lane % 16) * kStride + kk + (lane / 16) * 8);
       ldmatrix_x4<false>(a1, q_s + (lane % 16) * kStride + kk + 16 + (lane / 16) * 8);
       ldmatrix_x4<false>(kb, k_s + (8 * warp + lane % 8) * kStride + kk + (lane / 8) * 8);
-      mma16816<T>(s, a0[0], a0[1], a0[2], a0[3], kb[0], kb[1]);
-      mma16816<T>(s, a1[0], a1[1], a1[2], a1[3], kb[2], kb[3]);
+      mma16816<T>(acc[2 * a], a0[0], a0[1], a0[2], a0[3], kb[0], kb[1]);
+      mma16816<T>(acc[2 * a + 1], a1[0], a1[1], a1[2], a1[3], kb[2], kb[3]);
     }
+    float s[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[i] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
     // s[0], s[1]: row g, tokens 8 warp + 2c, +1; s[2], s[3]: row g + 8. Past the end: no key.
     const int64_t tok = t0 + 8 * warp + 2 * c;
     if (tok >= end) s[0] = s[2] = kNoKey;

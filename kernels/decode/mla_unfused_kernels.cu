@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "cluster/cluster_collectives.cuh"
@@ -247,7 +248,7 @@ struct SplitAttentionMma {
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(mla_mma::split_attention_mma_kernel<T>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             mla_mma::kSmemBytes));
-    const dim3 grid(g.x, g.y, unsigned((p.num_heads + mla_mma::kHeads - 1) / mla_mma::kHeads));
+    const dim3 grid(g.x, g.y, unsigned(mla_attention_mma_head_groups(p.num_heads)));
     mla_mma::split_attention_mma_kernel<T><<<grid, mla_mma::kThreads, mla_mma::kSmemBytes, s>>>(p);
     merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, size_t(p.splits) * 4, s>>>(p);
   }
@@ -276,6 +277,20 @@ void launch_mla_absorb(const MlaUnfusedParams& p, void* stream) {
 
 bool mla_attention_takes_tensor_cores(int rank, int rope) {
   return rank == mla_mma::kRank && rope == mla_mma::kRope;
+}
+
+int mla_attention_mma_head_groups(int num_heads) {
+  return (num_heads + mla_mma::kHeads - 1) / mla_mma::kHeads;
+}
+
+int mla_attention_mma_ctas_per_sm() {
+  auto* kernel = mla_mma::split_attention_mma_kernel<__nv_bfloat16>;  // f16's: the same resources
+  TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          mla_mma::kSmemBytes));
+  int ctas = 0;
+  TESSERA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, mla_mma::kThreads,
+                                                                   mla_mma::kSmemBytes));
+  return std::max(ctas, 1);
 }
 
 void launch_mla_split_attention(const MlaUnfusedParams& p, void* stream) {

@@ -51,6 +51,10 @@ void launch_mla_absorb(const MlaUnfusedParams& p, void* cuda_stream);
 void launch_mla_split_attention(const MlaUnfusedParams& p, void* cuda_stream);
 // Whether the tensor-core form takes this shape (DeepSeek's: kv_lora_rank 512, rope_head_dim 64).
 bool mla_attention_takes_tensor_cores(int rank, int rope);
+// The tensor-core form's CTAs: per (split, sequence), one per group of 16 heads; and how many
+// one multiprocessor of the current device holds at once.
+int mla_attention_mma_head_groups(int num_heads);
+int mla_attention_mma_ctas_per_sm();
 // o_heads = W_UV_h o_lat for every (sequence, head).
 void launch_mla_value_up(const MlaUnfusedParams& p, void* cuda_stream);
 

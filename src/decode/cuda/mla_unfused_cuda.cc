@@ -31,14 +31,22 @@ std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOption
   const int64_t width = m.kv_lora_rank + m.rope_head_dim, rank = m.kv_lora_rank;
   TESSERA_CHECK_ARG(width % 8 == 0, "model.kv_lora_rank + model.rope_head_dim = ", width,
                     ": expected a multiple of 8");
-  // Enough (sequence, split) CTAs for two waves, splits of at least one staged tile: each CTA's
-  // tiles run one after another, so at short contexts many small splits beat a few long ones
-  // (at least 128 rows a split left 8 CTAs for a 1k-token sequence).
-  plan->splits = int(std::clamp<int64_t>((2 * cuda_multiprocessor_count() + o.max_batch - 1) / o.max_batch,
-                                         1, std::max<int64_t>(1, o.max_context / kernels::kMlaTileRows)));
   // Tensor cores where the kernel takes the shape (kv_lora_rank 512, rope_head_dim 64: the
   // DeepSeek-V2/V3 family): 0.96x to 7.1x the CUDA-core form's speed on one H200 (docs/PERF.md).
   plan->tensor_cores = kernels::mla_attention_takes_tensor_cores(int(rank), int(m.rope_head_dim));
+  // Splits of at least one staged tile: each CTA's tiles run one after another, so at short
+  // contexts many small splits beat a few long ones (at least 128 rows a split left 8 CTAs for a
+  // 1k-token sequence). CUDA cores: enough (sequence, split) CTAs for two waves. Tensor cores
+  // (95 KB of shared memory a CTA, few resident): as many as are resident at once and no more,
+  // since a CTA past the wave runs a whole CTA's time after it (batch 16: 17 splits made 272
+  // CTAs for 264 places).
+  const int64_t sms = cuda_multiprocessor_count();
+  const int64_t wanted =
+      plan->tensor_cores
+          ? sms * kernels::mla_attention_mma_ctas_per_sm() /
+                (o.max_batch * kernels::mla_attention_mma_head_groups(int(m.num_heads)))
+          : (2 * sms + o.max_batch - 1) / o.max_batch;
+  plan->splits = int(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, o.max_context / kernels::kMlaTileRows)));
   const size_t e = dtype_size(o.dtype), b = size_t(o.max_batch), h = size_t(m.num_heads);
   const int64_t q_rows = m.num_heads * (m.nope_head_dim + m.rope_head_dim);
   size_t cursor = 0;
