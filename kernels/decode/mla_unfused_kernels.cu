@@ -186,6 +186,59 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const MlaUnfusedParams 
   }
 }
 
+// merge_kernel's result, bitwise alike run to run but summed in another order: a CTA a
+// (sequence, head, chunk of kMergeColumns columns), so at a few sequences the merge still fills
+// the GPU, and each thread group sums a contiguous range of the splits in split order, the
+// groups' sums then added in group order. One thread walking every split (merge_kernel) waits
+// out a load per split: at batch 1 with 264 splits that chain is the longest part of the merge.
+constexpr int kMergeColumns = 32;
+constexpr int kMergeGroups = kThreads / kMergeColumns;
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) merge_by_columns_kernel(const MlaUnfusedParams p) {
+  extern __shared__ float weight[];  // [splits]
+  __shared__ float scratch[32];
+  __shared__ float group_sum[kMergeGroups][kMergeColumns];
+  const int64_t bh = blockIdx.x;
+  const int column = threadIdx.x % kMergeColumns, group = threadIdx.x / kMergeColumns;
+  const int j = blockIdx.y * kMergeColumns + column;
+  const float* lse = p.partial_lse + bh * p.splits;
+  float local = kNoKey;
+  for (int s = threadIdx.x; s < p.splits; s += kThreads) local = fmaxf(local, lse[s]);
+  const float lse_max = cl::block_reduce(local, cl::MaxOp{}, scratch);
+  local = 0.f;
+  for (int s = threadIdx.x; s < p.splits; s += kThreads) local += weight[s] = rescale(lse[s], lse_max);
+  // (block_reduce's barrier also makes weight[] visible to every thread.)
+  const float denom = cl::block_reduce(local, cl::SumOp{}, scratch);
+  const int per_group = (p.splits + kMergeGroups - 1) / kMergeGroups;
+  const int first = min(p.splits, group * per_group), end = min(p.splits, first + per_group);
+  float acc = 0.f;
+  if (j < p.rank) {
+#pragma unroll 4
+    for (int s = first; s < end; ++s) acc += p.partial_o[(bh * p.splits + s) * p.rank + j] * weight[s];
+  }
+  group_sum[group][column] = acc;
+  __syncthreads();
+  if (group == 0 && j < p.rank) {
+    float sum = 0.f;
+#pragma unroll
+    for (int g = 0; g < kMergeGroups; ++g) sum += group_sum[g][column];
+    static_cast<T*>(p.o_lat)[bh * p.rank + j] = cl::from_f32<T>(denom > 0.f ? sum / denom : 0.f);
+  }
+}
+
+template <typename T>
+void launch_merge(const MlaUnfusedParams& p, cudaStream_t s) {
+  if (p.merge_by_columns) {
+    // Eight spare weights: an unrolled loop's machine code may read a group ahead of its exit
+    // test (the split-KV merge's fault of 2155d3c, docs/RELIABILITY.md).
+    const dim3 grid(unsigned(p.batch * p.num_heads), unsigned((p.rank + kMergeColumns - 1) / kMergeColumns));
+    merge_by_columns_kernel<T><<<grid, kThreads, size_t(p.splits + 8) * 4, s>>>(p);
+  } else {
+    merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, size_t(p.splits) * 4, s>>>(p);
+  }
+}
+
 // o_heads[b][h][i] = sum_j W_UV_h[i][j] o_lat[b][h][j]: a warp a row i of a head, for a chunk
 // of sequences; grid (heads * Dv / kWarps rounded up, batch chunks).
 template <typename T>
@@ -237,7 +290,7 @@ template <typename T>
 struct SplitAttention {
   static void launch(const MlaUnfusedParams& p, dim3 g, size_t smem, cudaStream_t s) {
     split_attention_kernel<T><<<g, kThreads, smem, s>>>(p);
-    merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, size_t(p.splits) * 4, s>>>(p);
+    launch_merge<T>(p, s);
   }
 };
 // The tensor-core form (mla_attention_mma.cuh): 16 heads a CTA, grid z the head groups. Its
@@ -250,7 +303,7 @@ struct SplitAttentionMma {
                                             mla_mma::kSmemBytes));
     const dim3 grid(g.x, g.y, unsigned(mla_attention_mma_head_groups(p.num_heads)));
     mla_mma::split_attention_mma_kernel<T><<<grid, mla_mma::kThreads, mla_mma::kSmemBytes, s>>>(p);
-    merge_kernel<T><<<unsigned(p.batch * p.num_heads), kThreads, size_t(p.splits) * 4, s>>>(p);
+    launch_merge<T>(p, s);
   }
 };
 template <typename T>

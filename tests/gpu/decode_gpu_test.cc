@@ -332,6 +332,23 @@ TEST_F(DecodeGpu, DeepSeekV2LiteMlaUnfusedMatchesReference) {
     check_latent_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
 }
 
+// The splits' merge spread over column chunks (TESSERA_MLA_MERGE_BY_COLUMNS, on trial): the
+// same checks, on the tensor-core attention's splits (the test above's shape), paged and not,
+// one and several batch chunks.
+TEST_F(DecodeGpu, MlaMergeByColumnsMatchesReference) {
+  struct ScopedEnv {  // the variable set for this test, as it was afterwards
+    const char* name = "TESSERA_MLA_MERGE_BY_COLUMNS";
+    std::string before = std::getenv(name) != nullptr ? std::getenv(name) : "";
+    bool was_set = std::getenv(name) != nullptr;
+    ScopedEnv() { setenv(name, "1", 1); }
+    ~ScopedEnv() { was_set ? setenv(name, before.c_str(), 1) : unsetenv(name); }
+  } merge_by_columns;
+  const ModelConfig m = mla_model();
+  const LatentWeights w = latent_weights(m);
+  for (const Case& c : pick(every_batch_and_layout({{40, false, 0}}), {{3, true, 0}}))
+    check_latent_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
+}
+
 // The unfused path's attention on CUDA cores, the form for latent widths the tensor-core form
 // does not take (it takes kv_lora_rank 512 and rope_head_dim 64, which the test above runs):
 // kv_lora_rank 256, batch 40 (more than one batch chunk) and paged.
