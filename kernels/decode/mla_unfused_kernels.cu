@@ -162,22 +162,27 @@ __global__ void __launch_bounds__(kThreads) split_attention_kernel(const MlaUnfu
   }
 }
 
-// o_lat[b][h] = sum over splits of o_s 2^(lse_s - lse_max), over the same sum of weights; the
-// numerator in split order. One CTA a (sequence, head); the splits' weights computed once, by
-// the block, into shared memory (one thread walking them would wait out a load per split).
-template <typename T>
-__global__ void __launch_bounds__(kThreads) merge_kernel(const MlaUnfusedParams p) {
-  extern __shared__ float weight[];  // [splits]
-  __shared__ float scratch[32];
-  const int64_t bh = blockIdx.x;
+// Each split's weight 2^(lse_s - max) into weight[] and their sum, by the whole block (one
+// thread walking the splits' log-sums would wait out a load per split); the sum's barrier also
+// makes weight[] visible to every thread.
+__device__ float split_weights(const MlaUnfusedParams& p, int64_t bh, float* weight, float* scratch) {
   const float* lse = p.partial_lse + bh * p.splits;
   float local = kNoKey;
   for (int s = threadIdx.x; s < p.splits; s += kThreads) local = fmaxf(local, lse[s]);
   const float lse_max = cl::block_reduce(local, cl::MaxOp{}, scratch);
   local = 0.f;
   for (int s = threadIdx.x; s < p.splits; s += kThreads) local += weight[s] = rescale(lse[s], lse_max);
-  // (block_reduce's barrier also makes weight[] visible to every thread.)
-  const float denom = cl::block_reduce(local, cl::SumOp{}, scratch);
+  return cl::block_reduce(local, cl::SumOp{}, scratch);
+}
+
+// o_lat[b][h] = sum over splits of o_s 2^(lse_s - lse_max), over the same sum of weights; the
+// numerator in split order. One CTA a (sequence, head).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) merge_kernel(const MlaUnfusedParams p) {
+  extern __shared__ float weight[];  // [splits]
+  __shared__ float scratch[32];
+  const int64_t bh = blockIdx.x;
+  const float denom = split_weights(p, bh, weight, scratch);
   for (int j = threadIdx.x; j < p.rank; j += kThreads) {
     float acc = 0.f;
 #pragma unroll 4
@@ -202,14 +207,7 @@ __global__ void __launch_bounds__(kThreads) merge_by_columns_kernel(const MlaUnf
   const int64_t bh = blockIdx.x;
   const int column = threadIdx.x % kMergeColumns, group = threadIdx.x / kMergeColumns;
   const int j = blockIdx.y * kMergeColumns + column;
-  const float* lse = p.partial_lse + bh * p.splits;
-  float local = kNoKey;
-  for (int s = threadIdx.x; s < p.splits; s += kThreads) local = fmaxf(local, lse[s]);
-  const float lse_max = cl::block_reduce(local, cl::MaxOp{}, scratch);
-  local = 0.f;
-  for (int s = threadIdx.x; s < p.splits; s += kThreads) local += weight[s] = rescale(lse[s], lse_max);
-  // (block_reduce's barrier also makes weight[] visible to every thread.)
-  const float denom = cl::block_reduce(local, cl::SumOp{}, scratch);
+  const float denom = split_weights(p, bh, weight, scratch);
   const int per_group = (p.splits + kMergeGroups - 1) / kMergeGroups;
   const int first = min(p.splits, group * per_group), end = min(p.splits, first + per_group);
   float acc = 0.f;
