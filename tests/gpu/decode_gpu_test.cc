@@ -149,6 +149,23 @@ class DecodeGpu : public ::testing::Test {
     return Tensor::empty(shape, t.view().dtype(), Device::cpu());
   }
 
+  // One step of `block` over `cache` (sequences at positions 100, 137, ..., new tokens from
+  // seed `x_seed`), warmed up, then replayed from a graph: expect_replays_bitwise.
+  template <typename LayerWeights>
+  void expect_block_replays_bitwise(const AttentionBlock& block, const ModelConfig& m, int64_t batch,
+                                    const LayerWeights& w, const KvCache& cache, uint32_t x_seed) {
+    Pair x = random({batch, m.hidden}, kBf16, x_seed, -1.f, 1.f);
+    Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
+    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = int32_t(100 + 37 * b);
+    upload(pos);
+    Tensor out = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
+    Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
+    const DecodeStep step{x.device, pos.device, out};
+    block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
+    stream_.synchronize();
+    expect_replays_bitwise([&] { block.run(step, w.device(), cache, ws, stream_); }, out);
+  }
+
   // `run` (warmed up already) captured in a CUDA graph and replayed graph_replays() times, `out`
   // poisoned before each: every replay's output bitwise the first's.
   template <typename Run>
@@ -368,18 +385,7 @@ TEST_F(DecodeGpu, GraphReplaysAreBitwiseIdentical) {
   AttentionBlock block({m, batch, kMaxContext, kBf16, false, kPageSize, Device::cuda(0)});
   Pair k = random({batch, kMaxContext, m.num_kv_heads, m.head_dim}, kBf16, 41, -1.f, 1.f);
   Pair v = random({batch, kMaxContext, m.num_kv_heads, m.head_dim}, kBf16, 42, -1.f, 1.f);
-  Pair x = random({batch, m.hidden}, kBf16, 43, -1.f, 1.f);
-  Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
-  for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = int32_t(100 + 37 * b);
-  upload(pos);
-  Tensor out = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
-  Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
-  const DecodeStep step{x.device, pos.device, out};
-  const KvCache cache{k.device, v.device, {}};
-  block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
-  stream_.synchronize();
-
-  expect_replays_bitwise([&] { block.run(step, w.device(), cache, ws, stream_); }, out);
+  expect_block_replays_bitwise(block, m, batch, w, KvCache{k.device, v.device, {}}, 43);
 }
 
 TEST_F(DecodeGpu, MlaGraphReplaysAreBitwiseIdentical) {
@@ -390,18 +396,7 @@ TEST_F(DecodeGpu, MlaGraphReplaysAreBitwiseIdentical) {
     SCOPED_TRACE(impl == DecodeImpl::kFused ? "fused" : "unfused");
     AttentionBlock block({m, batch, kMaxContext, kBf16, false, kPageSize, Device::cuda(0), impl});
     Pair latent = random({batch, kMaxContext, 1, width}, kBf16, 71, -1.f, 1.f);
-    Pair x = random({batch, m.hidden}, kBf16, 72, -1.f, 1.f);
-    Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
-    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = int32_t(100 + 37 * b);
-    upload(pos);
-    Tensor out = Tensor::empty({batch, m.hidden}, kBf16, Device::cuda(0));
-    Tensor ws = Tensor::empty({int64_t(block.workspace_bytes())}, DType::kU8, Device::cuda(0));
-    const DecodeStep step{x.device, pos.device, out};
-    const KvCache cache{latent.device, {}, {}};
-    block.run(step, w.device(), cache, ws, stream_);  // warm up (sets kernel attributes)
-    stream_.synchronize();
-
-    expect_replays_bitwise([&] { block.run(step, w.device(), cache, ws, stream_); }, out);
+    expect_block_replays_bitwise(block, m, batch, w, KvCache{latent.device, {}, {}}, 72);
   }
 }
 

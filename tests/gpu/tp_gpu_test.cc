@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -57,34 +58,69 @@ TEST(TpGpu, FusedOperationsBackToBackWithSkewedRanks) {
 // ---------------------------------------------------------------------------------------------
 // Worker side
 
-std::vector<std::byte> run_on_gpu(tp::TpOperation& op, const TpProblem& problem, RankContext& ctx) {
+// A call's operands and output on this GPU.
+struct DeviceCall {
+  const TpProblem* problem = nullptr;
+  Buffer a, b, bias, out;
+};
+
+DeviceCall upload_call(const tp::TpOperation& op, const TpProblem& problem, RankContext& ctx) {
   const tp::TpRequest& r = op.plan().request;
   const tp::RankShapes s = op.shapes();
   auto upload = [&](const std::vector<std::byte>& host) {
-    void* device = nullptr;
-    if (!host.empty()) {
-      EXPECT_EQ(cudaMalloc(&device, host.size()), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(device, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-    return device;
+    if (host.empty()) return Buffer();  // e.g. a rank with no rows: a null view
+    Buffer buffer = Buffer::allocate(host.size(), ctx.device);
+    EXPECT_EQ(cudaMemcpy(buffer.data(), host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    return buffer;
   };
-  void* a = upload(problem.a(ctx.rank));
-  void* b = upload(problem.b(ctx.rank));
-  void* bias = upload(problem.bias(ctx.rank));
+  DeviceCall call;
+  call.problem = &problem;
+  call.a = upload(problem.a(ctx.rank));
+  call.b = upload(problem.b(ctx.rank));
+  call.bias = upload(problem.bias(ctx.rank));
   const size_t out_bytes = size_t(s.out_rows * s.out_cols) * dtype_size(r.out_dtype);
-  void* out = nullptr;
-  EXPECT_EQ(cudaMalloc(&out, out_bytes), cudaSuccess);
-  EXPECT_EQ(cudaMemset(out, 0xff, out_bytes), cudaSuccess);  // NaN in every dtype
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);            // before op.run's stream reads it
-  op.run(TensorView(a, r.dtype, ctx.device, {s.a_rows, s.a_cols}),
-         TensorView(b, r.dtype, ctx.device, {s.b_rows, s.b_cols}),
-         r.has_bias ? TensorView(bias, r.out_dtype, ctx.device, {s.bias}) : TensorView(),
-         TensorView(out, r.out_dtype, ctx.device, {s.out_rows, s.out_cols}), ctx.stream);
-  ctx.world->synchronize(ctx.stream);
-  std::vector<std::byte> host(out_bytes);
-  EXPECT_EQ(cudaMemcpy(host.data(), out, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-  for (void* p : {a, b, bias, out}) cudaFree(p);
+  call.out = Buffer::allocate(out_bytes, ctx.device);
+  EXPECT_EQ(cudaMemset(call.out.data(), 0xff, out_bytes), cudaSuccess);  // NaN in every dtype
+  return call;
+}
+
+// Enqueues `call` on the context's stream.
+void run_call(tp::TpOperation& op, const DeviceCall& call, RankContext& ctx) {
+  const tp::TpRequest& r = op.plan().request;
+  const tp::RankShapes s = op.shapes();
+  op.run(TensorView(call.a.data(), r.dtype, ctx.device, {s.a_rows, s.a_cols}),
+         TensorView(call.b.data(), r.dtype, ctx.device, {s.b_rows, s.b_cols}),
+         r.has_bias ? TensorView(call.bias.data(), r.out_dtype, ctx.device, {s.bias}) : TensorView(),
+         TensorView(call.out.data(), r.out_dtype, ctx.device, {s.out_rows, s.out_cols}), ctx.stream);
+}
+
+// The output of `call`, copied back.
+std::vector<std::byte> download_output(const DeviceCall& call) {
+  std::vector<std::byte> host(call.out.bytes());
+  EXPECT_EQ(cudaMemcpy(host.data(), call.out.data(), host.size(), cudaMemcpyDeviceToHost), cudaSuccess);
   return host;
+}
+
+// A worker's context on its GPU, with a symmetric heap of `heap_bytes`.
+std::unique_ptr<RankContext> worker_context(size_t heap_bytes) {
+  ContextOptions options;
+  options.heap_bytes = heap_bytes;
+  return create_cuda_context(bootstrap_from_launch(detect_launch()), options);
+}
+
+// Waits for every rank, then ends the worker with the test's verdict.
+[[noreturn]] void end_worker(RankContext& ctx) {
+  ctx.bootstrap->barrier();
+  std::fflush(stdout);
+  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+}
+
+std::vector<std::byte> run_on_gpu(tp::TpOperation& op, const TpProblem& problem, RankContext& ctx) {
+  const DeviceCall call = upload_call(op, problem, ctx);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // before op.run's stream reads it
+  run_call(op, call, ctx);
+  ctx.world->synchronize(ctx.stream);
+  return download_output(call);
 }
 
 // One more call with its phases timed (bench tp --phases): each of `names` reported once, at
@@ -134,9 +170,7 @@ int check_output(const std::vector<std::byte>& got, const TpProblem& problem, co
 
 TEST(TpGpuWorker, UnfusedPairsMatchTheReference) {
   if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
-  ContextOptions options;
-  options.heap_bytes = size_t(64) << 20;
-  auto ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), options);
+  auto ctx = worker_context(size_t(64) << 20);
   const int p = ctx->size;
   int failures = 0;
   for (tp::TpOp op :
@@ -163,16 +197,12 @@ TEST(TpGpuWorker, UnfusedPairsMatchTheReference) {
       failures += check_output(got, problem, operation, ctx->rank, p + 1, 5 - std::min(failures, 5));
     }
   }
-  ctx->bootstrap->barrier();
-  std::fflush(stdout);
-  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+  end_worker(*ctx);
 }
 
 TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
   if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
-  ContextOptions options;
-  options.heap_bytes = size_t(256) << 20;
-  auto ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), options);
+  auto ctx = worker_context(size_t(256) << 20);
   const int p = ctx->size;
   int failures = 0;
   struct Variant {
@@ -230,9 +260,7 @@ TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
   fused.request.op = tp::TpOp::kAllGatherGemm;
   fused.request.weight_layout = tp::WeightLayout::kKN;
   expect_unsupported(fused, "a fused ag_gemm plan with [K, N] weights");
-  ctx->bootstrap->barrier();
-  std::fflush(stdout);
-  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+  end_worker(*ctx);
 }
 
 // One GEMM then copies (small shares) and one GEMM per owner (shares of 512 rows and more),
@@ -240,9 +268,7 @@ TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
 // ranks, f32 out; three calls bitwise alike (the owner's ordered sum); the phases reported.
 TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
   if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
-  ContextOptions options;
-  options.heap_bytes = size_t(256) << 20;
-  auto ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), options);
+  auto ctx = worker_context(size_t(256) << 20);
   const int p = ctx->size;
   int failures = 0;
   struct Variant {
@@ -285,35 +311,7 @@ TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
     expect_phases(operation, problem, *ctx, names, names.size());
   }
   ctx->heap->check_errors();
-  ctx->bootstrap->barrier();
-  std::fflush(stdout);
-  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
-}
-
-// A call's operands and output on this GPU.
-struct DeviceCall {
-  const TpProblem* problem = nullptr;
-  Buffer a, b, bias, out;
-};
-
-DeviceCall upload_call(const tp::TpOperation& op, const TpProblem& problem, RankContext& ctx) {
-  const tp::TpRequest& r = op.plan().request;
-  const tp::RankShapes s = op.shapes();
-  auto upload = [&](const std::vector<std::byte>& host) {
-    Buffer buffer = Buffer::allocate(std::max<size_t>(host.size(), 1), ctx.device);
-    if (!host.empty())
-      EXPECT_EQ(cudaMemcpy(buffer.data(), host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    return buffer;
-  };
-  DeviceCall call;
-  call.problem = &problem;
-  call.a = upload(problem.a(ctx.rank));
-  call.b = upload(problem.b(ctx.rank));
-  call.bias = upload(problem.bias(ctx.rank));
-  const size_t out_bytes = size_t(s.out_rows * s.out_cols) * dtype_size(r.out_dtype);
-  call.out = Buffer::allocate(out_bytes, ctx.device);
-  EXPECT_EQ(cudaMemset(call.out.data(), 0xff, out_bytes), cudaSuccess);  // NaN in every dtype
-  return call;
+  end_worker(*ctx);
 }
 
 // Holds the stream for 2 ms: the other ranks run ahead into the next calls.
@@ -330,9 +328,7 @@ void stall_stream(const Stream& stream) {
 // call's contents (the released words). Every call's output against its reference.
 TEST(TpGpuWorker, FusedOperationsBackToBackWithSkewedRanks) {
   if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
-  ContextOptions options;
-  options.heap_bytes = size_t(256) << 20;
-  auto ctx = create_cuda_context(bootstrap_from_launch(detect_launch()), options);
+  auto ctx = worker_context(size_t(256) << 20);
   const int p = ctx->size;
   int failures = 0;
   for (tp::TpOp op : {tp::TpOp::kAllGatherGemm, tp::TpOp::kGemmReduceScatter}) {
@@ -355,32 +351,21 @@ TEST(TpGpuWorker, FusedOperationsBackToBackWithSkewedRanks) {
     const TpProblem first(r, 41), second(r, 43);
     std::vector<DeviceCall> calls;
     for (int c = 0; c < 6; ++c) calls.push_back(upload_call(operation, c % 2 ? second : first, *ctx));
-    const tp::RankShapes s = operation.shapes();
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ctx->world->synchronize(ctx->stream);
     for (int c = 0; c < int(calls.size()); ++c) {
       if (c % p == ctx->rank) stall_stream(ctx->stream);
-      DeviceCall& call = calls[size_t(c)];
-      operation.run(TensorView(call.a.data(), r.dtype, ctx->device, {s.a_rows, s.a_cols}),
-                    TensorView(call.b.data(), r.dtype, ctx->device, {s.b_rows, s.b_cols}),
-                    TensorView(call.bias.data(), r.out_dtype, ctx->device, {s.bias}),
-                    TensorView(call.out.data(), r.out_dtype, ctx->device, {s.out_rows, s.out_cols}),
-                    ctx->stream);
+      run_call(operation, calls[size_t(c)], *ctx);
     }
     ctx->world->synchronize(ctx->stream);
     for (int c = 0; c < int(calls.size()); ++c) {
-      std::vector<std::byte> got(calls[size_t(c)].out.bytes());
-      ASSERT_EQ(cudaMemcpy(got.data(), calls[size_t(c)].out.data(), got.size(), cudaMemcpyDeviceToHost),
-                cudaSuccess);
       SCOPED_TRACE(str("call ", c));
-      failures += check_output(got, *calls[size_t(c)].problem, operation, ctx->rank, ag ? 1 : p + 1,
-                               5 - std::min(failures, 5));
+      failures += check_output(download_output(calls[size_t(c)]), *calls[size_t(c)].problem, operation,
+                               ctx->rank, ag ? 1 : p + 1, 5 - std::min(failures, 5));
     }
   }
   ctx->heap->check_errors();
-  ctx->bootstrap->barrier();
-  std::fflush(stdout);
-  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+  end_worker(*ctx);
 }
 
 }  // namespace

@@ -85,16 +85,12 @@ class FusedAllGather final : public CudaTpRunner {
                     words_.word(rank, 0), epoch, wait_timeout_ms(), words_.heap().timeout_log(),
                     sms_, s);
     phases_.mark("gemm", s);
-    for (int i = 1; i < p; ++i) {
-      cuda_comm::stream_write_value64(s, words_.word((rank + i) % p, released_signal(plan_, rank)),
-                                      epoch, "fused ag_gemm: this rank's released word");
-    }
+    words_.release_to_peers(s, released_signal(plan_, rank), epoch);
     ready_.wait_on(side_);
     const auto side = static_cast<cudaStream_t>(side_.cuda_stream());
     for (int i = 1; i < p; ++i) {
       const int q = (rank + i) % p;
-      cuda_comm::stream_wait_value64_geq(side, words_.word(rank, released_signal(plan_, q)),
-                                         epoch - 1, "fused ag_gemm: a peer's released word");
+      words_.wait_released(side, released_signal(plan_, q), epoch - 1);
       for (int64_t c = 0; c < num_chunks(plan_, rank); ++c) {
         const RowRange rows = chunk_rows(plan_, rank, c);
         TESSERA_CUDA_CHECK(cudaMemcpyAsync(

@@ -114,8 +114,7 @@ class FusedReduceScatter final : public CudaTpRunner {
     auto send = [&](int owner, const RowRange& rows, Event& computed) {
       computed.record(stream);
       computed.wait_on(side_);
-      cuda_comm::stream_wait_value64_geq(side, words_.word(rank, released_signal(plan_, owner)),
-                                         epoch - 1, "fused gemm_rs: an owner's released word");
+      words_.wait_released(side, released_signal(plan_, owner), epoch - 1);
       if (rows.count > 0) {
         TESSERA_CUDA_CHECK(cudaMemcpyAsync(block_of(owner), product_rows(rows),
                                            size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice,
@@ -178,10 +177,7 @@ class FusedReduceScatter final : public CudaTpRunner {
     kernels::launch_sum_partials(sum, stream.cuda_stream());
     TESSERA_CUDA_CHECK(cudaGetLastError());
     phases_.mark("sum", s);
-    for (int i = 1; i < p; ++i) {
-      cuda_comm::stream_write_value64(s, words_.word((rank + i) % p, released_signal(plan_, rank)),
-                                      epoch, "fused gemm_rs: this owner's released word");
-    }
+    words_.release_to_peers(s, released_signal(plan_, rank), epoch);
   }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include "comm/cuda/stream_memops.h"
 #include "tessera/comm/agreement.h"
 #include "tessera/core/error.h"
 #include "tessera/runtime/cuda_check.h"
@@ -9,7 +10,10 @@
 namespace tessera::tp::detail {
 
 PeerWords::PeerWords(RankContext& ctx, int signal_base, int count, const char* who)
-    : base_(signal_base), who_(who) {
+    : base_(signal_base),
+      rank_(ctx.rank),
+      who_(who),
+      released_what_(str(who, ": a released word")) {
   heap_ = dynamic_cast<cuda_comm::CudaSymmetricHeap*>(ctx.heap.get());
   TESSERA_CHECK(heap_ != nullptr, ErrorCode::kUnsupported, who,
                 ": expected the context's heap to be a cuda symmetric heap (nvshmem or ipc)");
@@ -34,6 +38,17 @@ std::byte* PeerWords::buffer(const SymmetricBuffer& buffer, int rank) const {
                 "'s buffer is not load/store reachable through the ", heap_->transport(rank),
                 " heap; expected the GPUs of one machine, or an unfused plan");
   return static_cast<std::byte*>(p);
+}
+
+void PeerWords::release_to_peers(cudaStream_t stream, int slot, uint64_t epoch) const {
+  const int p = int(words_.size());
+  for (int i = 1; i < p; ++i)
+    cuda_comm::stream_write_value64(stream, word((rank_ + i) % p, slot), epoch,
+                                    released_what_.c_str());
+}
+
+void PeerWords::wait_released(cudaStream_t stream, int slot, uint64_t epoch) const {
+  cuda_comm::stream_wait_value64_geq(stream, word(rank_, slot), epoch, released_what_.c_str());
 }
 
 }  // namespace tessera::tp::detail

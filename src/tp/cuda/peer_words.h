@@ -6,7 +6,10 @@
 // signal precedes a peer's zeroing).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "comm/cuda/cuda_heap.h"
@@ -26,11 +29,18 @@ class PeerWords {
   uint64_t* word(int rank, int slot) const { return words_[size_t(rank)] + slot; }
   // `rank`'s copy of `buffer`, as this GPU stores into it.
   std::byte* buffer(const SymmetricBuffer& buffer, int rank) const;
+  // The released words (plan.h, released_signal), by stream memory operations: after the work
+  // enqueued on `stream` so far, this rank's word `slot` raised to `epoch` at every peer; and
+  // the work enqueued on `stream` after wait_released held until this rank's word `slot`
+  // reaches `epoch` (no timeout of the driver's: the caller says what bounds it).
+  void release_to_peers(cudaStream_t stream, int slot, uint64_t epoch) const;
+  void wait_released(cudaStream_t stream, int slot, uint64_t epoch) const;
 
  private:
   cuda_comm::CudaSymmetricHeap* heap_ = nullptr;
-  int base_ = 0;
+  int base_ = 0, rank_ = 0;
   const char* who_ = "";
+  std::string released_what_;  // names the released words in a driver's refusal
   std::vector<uint64_t*> words_;
 };
 
