@@ -5,16 +5,14 @@
 # side by side, and print a short table last.
 #   device run, kind nvidia-h200, carry [.deps/cutlass, .deps/googletest, .whl]:
 #     bash scripts/decode_dev.sh $OUT      -> $OUT/logs.tgz (every JSON and log), tables printed
-# STAGES selects parts (default "build test bench mla-merge sweep peer"; "mla-merge" times the
-# unfused MLA path with its merge spread over column chunks, TESSERA_MLA_MERGE_BY_COLUMNS=1,
-# beside the bench stage's; "tune" runs `tessera tune decode`
+# STAGES selects parts (default "build test bench sweep peer"; "tune" runs `tessera tune decode`
 # into OUTDIR/decode_tune.tsv and times the tuned plans; "sanitize" adds compute-sanitizer over
 # the cluster and decode GPU tests);
 # CONTEXTS, BATCHES the cases.
 set -uo pipefail
 out=${1:?usage: scripts/decode_dev.sh OUTDIR}
 mkdir -p "$out"
-stages=${STAGES:-"build test bench mla-merge sweep peer"}
+stages=${STAGES:-"build test bench sweep peer"}
 has() { [[ " $stages " == *" $1 "* ]]; }
 export PATH=/usr/local/cuda/bin:$PATH NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 export TESSERA_COMMIT=${TESSERA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
@@ -38,11 +36,6 @@ if has bench; then
   $bin bench cluster --json "$out/cluster.json" >"$out/cluster.log" 2>&1 || echo "bench cluster failed"
   $bin bench decode --batches "$batches" --contexts "$contexts" --json "$out/decode.json" >"$out/decode.log" 2>&1 ||
     echo "bench decode failed"
-fi
-if has mla-merge; then
-  TESSERA_MLA_MERGE_BY_COLUMNS=1 $bin bench decode --models deepseek-v2-lite --impls unfused \
-    --batches "$batches" --contexts "$contexts" --json "$out/decode_mla_merge.json" \
-    >"$out/decode_mla_merge.log" 2>&1 || echo "bench decode (MLA merge by columns) failed"
 fi
 if has sweep; then
   $bin bench decode --batches 1,16 --contexts 4096 --cluster-sizes 1,2,4,8,16 --impls fused \
@@ -74,7 +67,7 @@ fi
 # (Written beside, then moved in: tar fails on an archive that grows inside the folder it packs.)
 archive=$(mktemp /tmp/decode_logs.XXXXXX)
 tar czf "$archive" -C "$out" . && find "$out" -mindepth 1 -delete && mv "$archive" "$out/logs.tgz"
-for f in cluster decode_sweep decode_tune decode_tuned decode_flashinfer decode_flashinfer_mla decode_mla_merge decode sanitize; do
+for f in cluster decode_sweep decode_tune decode_tuned decode_flashinfer decode_flashinfer_mla decode sanitize; do
   tar xzf "$out/logs.tgz" -O "./$f.log" 2>/dev/null | grep -v "^\[" | grep -v "^RESULT" | tail -40 | sed "1i === $f ==="
 done
 has test && echo "=== gpu tests ===" && tar xzf "$out/logs.tgz" -O ./tests.log 2>/dev/null | grep -E "^\[  (PASSED|FAILED)|Failure|error:|Expected|Which is" | head -20

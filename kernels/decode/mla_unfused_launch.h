@@ -38,7 +38,7 @@ struct MlaUnfusedParams {
   void* o_lat = nullptr;         // [B, H*R] T: the attention output, latent
   void* o_heads = nullptr;       // [B, H*Dv] T: W_UV_h o_lat, the input of Wo
   bool tensor_cores = false;     // the attention's tensor-core form (mla_attention_mma.cuh)
-  bool merge_by_columns = false;  // the splits' merge spread over column chunks (on trial)
+  bool merge_by_columns = false;  // the splits' merge spread over column chunks
 };
 
 // c = rmsnorm(c) * kv_a_norm and kr = rope(kr), rounded and appended to the cache at

@@ -10,23 +10,14 @@
 #include "decode/mla_unfused_launch.h"
 #include "decode/unfused_launch.h"
 #include "gemm/cuda/blaslt.h"
-#include "tessera/core/params.h"
 
 namespace tessera::decode::detail {
-
-// On trial until measured beside the one-CTA-a-head merge (`bench decode --models
-// deepseek-v2-lite --impls unfused` with it set and unset, side by side); then it goes or
-// becomes the rule.
-const Param<bool> kMlaMergeByColumns(
-    "TESSERA_MLA_MERGE_BY_COLUMNS", false,
-    "unfused MLA decode: the splits' merge spread over 32-column chunks, each summing the "
-    "splits in eight ranges (on trial)");
 
 struct MlaUnfusedPlan {
   AttentionBlockOptions options;
   int splits = 1;
   bool tensor_cores = false;  // the attention's form: tensor cores where they take the shape
-  bool merge_by_columns = false;  // read from kMlaMergeByColumns at plan time
+  int64_t sms = 0;  // the device's multiprocessors: the merge's form is picked by them
   std::unique_ptr<BlasLtLinear> q_proj, kv_a_proj, o_proj;
   // Workspace offsets in bytes.
   size_t xn = 0, q = 0, lat = 0, ql = 0, partial_o = 0, partial_lse = 0, o_lat = 0, o_heads = 0;
@@ -44,14 +35,13 @@ std::shared_ptr<MlaUnfusedPlan> cuda_plan_mla_unfused(const AttentionBlockOption
   // Tensor cores where the kernel takes the shape (kv_lora_rank 512, rope_head_dim 64: the
   // DeepSeek-V2/V3 family): 0.96x to 7.1x the CUDA-core form's speed on one H200 (docs/PERF.md).
   plan->tensor_cores = kernels::mla_attention_takes_tensor_cores(int(rank), int(m.rope_head_dim));
-  plan->merge_by_columns = kMlaMergeByColumns.get();
   // Splits of at least one staged tile: each CTA's tiles run one after another, so at short
   // contexts many small splits beat a few long ones (at least 128 rows a split left 8 CTAs for a
   // 1k-token sequence). CUDA cores: enough (sequence, split) CTAs for two waves. Tensor cores
   // (95 KB of shared memory a CTA, few resident): as many as are resident at once and no more,
   // since a CTA past the wave runs a whole CTA's time after it (batch 16: 17 splits made 272
   // CTAs for 264 places).
-  const int64_t sms = cuda_multiprocessor_count();
+  const int64_t sms = plan->sms = cuda_multiprocessor_count();
   const int64_t wanted =
       plan->tensor_cores
           ? sms * kernels::mla_attention_mma_ctas_per_sm() /
@@ -123,7 +113,10 @@ void cuda_mla_unfused_attention_block(const MlaUnfusedPlan& plan, std::span<cons
   p.ql = reinterpret_cast<float*>(ws + plan.ql);
   p.splits = plan.splits;
   p.tensor_cores = plan.tensor_cores;
-  p.merge_by_columns = plan.merge_by_columns;
+  // The merge spread over column chunks while a CTA a (sequence, head) would leave
+  // multiprocessors idle: at batch 1 (16 heads, up to 264 splits) 1.11x to 1.30x faster end to
+  // end, at batch 16 (256 rows) 2% to 7% slower than the CTA a row (docs/PERF.md, fd1f947).
+  p.merge_by_columns = int64_t(batch) * m.num_heads < plan.sms;
   p.partial_o = reinterpret_cast<float*>(ws + plan.partial_o);
   p.partial_lse = reinterpret_cast<float*>(ws + plan.partial_lse);
   p.o_lat = ws + plan.o_lat;
