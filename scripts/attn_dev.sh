@@ -45,7 +45,7 @@ build() {
     cp -r /usr/include/gtest "$B/gtest/include/"
     cp /usr/lib/x86_64-linux-gnu/libgtest.a /usr/lib/x86_64-linux-gnu/libgtest_main.a "$B/gtest/lib/"
   fi
-  local cxxflags="-std=c++20 -O2 -DNDEBUG -DTESSERA_WITH_CUDA=1 -Wall -Wextra -I$ROOT/include -I$ROOT/src -I$ROOT/kernels -I$ROOT/tools/tessera -I$CUDA_HOME/include -I$GTEST_INC -pthread"
+  local cxxflags="-std=c++20 -O2 -DNDEBUG -DTESSERA_WITH_CUDA=1 -Wall -Wextra -I$ROOT/include -I$ROOT/src -I$ROOT/kernels -I$ROOT/tools/tessera -I$ROOT/tests -I$CUDA_HOME/include -I$GTEST_INC -pthread"
   local cuflags="-std=c++20 -O3 -DNDEBUG -DTESSERA_WITH_CUDA=1 -DTESSERA_ATTN_DEV_VARIANTS -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo -Xptxas -v -I$ROOT/include -I$ROOT/src -I$ROOT/kernels -I$CUTLASS"
   local cc_sources=(src/core/*.cc src/runtime/stream.cc src/runtime/memory.cc src/runtime/cuda/stream_cuda.cc
                     src/runtime/cuda/memory_cuda.cc src/attn/*.cc src/attn/cuda/*.cc
@@ -96,12 +96,12 @@ ensure_built() {
 
 run_tests() {
   local out=${1:-$B/out}; mkdir -p "$out"
-  timeout 180 "$BIN/attn_tests" --gtest_filter='Attn*' 2>&1 | tee "$out/attn_tests.log" |
+  timeout 300 "$BIN/attn_tests" --gtest_filter='Attn*' 2>&1 | tee "$out/attn_tests.log" |
     grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure|error|Expected|Which is|actual|tolerance" | head -60
   local status=${PIPESTATUS[0]}
   # The production candidates ("cand" variants; production for the rest) through the GPU tests.
   echo "[attn_dev] GPU tests with TESSERA_ATTN_KERNEL=cand"
-  TESSERA_ATTN_KERNEL=cand timeout 120 "$BIN/attn_tests" --gtest_filter='AttnGpu.*' 2>&1 |
+  TESSERA_ATTN_KERNEL=cand timeout 240 "$BIN/attn_tests" --gtest_filter='AttnGpu.*' 2>&1 |
     tee "$out/attn_tests_cand.log" | grep -E "^\[  (PASSED|FAILED)|^\[  FAILED|Failure" | head -30
   return $(( status != 0 || PIPESTATUS[0] != 0 ))
 }
@@ -118,17 +118,14 @@ run_bench() {
   # Kernel variants (no anchor) on the cases that decide the tile shape; "prod" is the
   # production kernel again (the run-to-run spread).
   if [ -z "${NO_VARIANTS:-}" ]; then
-    for v in ${VARIANTS_D128:-prod n128 s3}; do
+    # VARIANTS: head-dim:variant pairs ("prod": production again, the run-to-run spread).
+    for spec in ${VARIANTS:-d256:prod d256:n64 d256:n96}; do
+      local d=${spec%%:*} v=${spec#*:} cases_var=VARIANT_CASES_${spec%%:*}
       [ "$v" = prod ] && name="" || name=$v
-      TESSERA_ATTN_KERNEL=$name timeout 45 "$BIN/tessera" bench attn --anchor none --target-ms 200 \
-        --cases ${VARIANT_CASES_D128:-b1_h24_d128_l16384,b1_h24_d128_l16384_causal,b1_h24_d128_l65536} 2>&1 |
-        grep -E "^  b1.*us " | sed "s/tessera sm90/d128 $v/" | tee -a "$out/variants.log"
-    done
-    for v in ${VARIANTS_D64:-prod n192 wg3n96 wg3n128 n224 n128}; do
-      [ "$v" = prod ] && name="" || name=$v
-      TESSERA_ATTN_KERNEL=$name timeout 45 "$BIN/tessera" bench attn --anchor none --target-ms 200 \
-        --cases ${VARIANT_CASES_D64:-b1_h24_d64_l65536,b1_h24_d64_l16384_causal} 2>&1 |
-        grep -E "^  b1.*us " | sed "s/tessera sm90/d64 $v/" | tee -a "$out/variants.log"
+      local default_cases="b1_h24_${d}_l16384,b1_h24_${d}_l16384_causal"
+      TESSERA_ATTN_KERNEL=$name timeout 60 "$BIN/tessera" bench attn --anchor none --target-ms 200 \
+        --cases "${!cases_var:-$default_cases}" 2>&1 |
+        grep -E "^  b1.*us " | sed "s/tessera sm90/$d $v/" | tee -a "$out/variants.log"
     done
   fi
   return "$status"
@@ -149,7 +146,7 @@ case $cmd in
       cuobjdump -sass "$BIN/tessera" 2>/dev/null >"$out/attn.sass"
       echo "sass: $(wc -l <"$out/attn.sass") lines"
     fi
-    if [ -z "${NO_NCU:-}" ] && command -v ncu >/dev/null; then  # stall reasons of the D64 kernel
+    if [ -n "${NCU:-}" ] && command -v ncu >/dev/null; then  # stall reasons of the D64 kernel
       timeout 120 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
         --section ComputeWorkloadAnalysis --section InstructionStats -k regex:attention_sm90 \
         --launch-skip 1 --launch-count 1 "$BIN/tessera" bench attn --anchor none --warmup 0 \

@@ -48,6 +48,12 @@ struct LaunchDesc {
   float softmax_scale = 0;
   bool accumulate = false;
   int num_jobs = 0, num_kv = 0;
+  // Varlen (forward only, one job and one chunk over packed [1, total, H, D] tensors): device
+  // i32 arrays of batch + 1 cumulative lengths; batch is the number of sequences and
+  // max_seqlen_q sizes the grid. nullptr: the batched layout.
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  int64_t max_seqlen_q = 0;
   JobLaunch jobs[kMaxJobsPerLaunch];
   KvLaunchChunk kv[kMaxChunksPerLaunch];
   void* cuda_stream = nullptr;

@@ -24,12 +24,19 @@
 //     becomes P_n (bf16/fp16) for the next iteration.
 // Scores are kept in log2 units (scale * log2(e)) so every exponential is one ex2.
 //
+// Varlen (cu_seqlens given): the launch is one job and one chunk over packed [total, H, D]
+// tensors; grid z is the sequence, and each CTA reads its sequence's offsets and lengths from
+// the device arrays and runs as a batch-1 job at those offsets (causal bottom-right aligned).
+// Out-of-range offsets are clamped to the packed tensors, so bad cu_seqlens never write out of
+// bounds. K/V rows past the sequence's end belong to the next sequence: masked like rows past a
+// chunk's end.
+//
 // Masks: a KV block is skipped when no query row of the tile sees any of its keys, is
 // processed without masking when every row sees every key, and is masked per element
 // otherwise (causal by global positions, or past the chunk's end). Rows past the job's end
 // are computed on zero-filled Q (TMA fills out-of-bounds rows with zeros) and never written.
 //
-// Assumptions (checked on the host): head dim 64 or 128, 16-byte aligned bases, strides
+// Assumptions (checked on the host): head dim 64, 128 or 256, 16-byte aligned bases, strides
 // multiples of 16 bytes, all jobs of a launch share B, Hq, Hkv, D and dtype.
 #pragma once
 
@@ -41,6 +48,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
@@ -79,13 +87,15 @@ struct AttentionTraits {
   // setmaxnreg budgets: 65536 / kNumThreads per thread at launch (168 for 384 threads, 128
   // for 512); the producer gives its registers to the consumers. Wider S tiles need the
   // larger consumer budget.
-  static constexpr int kProducerRegisters = (kNumMmaWarpGroups > 2 || kBlockN_ > 128) ? 24 : 40;
-  static constexpr int kConsumerRegisters = kNumMmaWarpGroups > 2 ? 160
-                                                                  : (kBlockN_ > 128 ? 240 : 232);
+  // Head dim 256 holds a 64 x 256 f32 O accumulator (128 registers a thread) beside S and P.
+  static constexpr int kProducerRegisters =
+      (kNumMmaWarpGroups > 2 || kBlockN_ > 128 || kHeadDim_ == 256) ? 24 : 40;
+  static constexpr int kConsumerRegisters =
+      kNumMmaWarpGroups > 2 ? 160 : ((kBlockN_ > 128 || kHeadDim_ == 256) ? 240 : 232);
 
   static_assert(cute::is_same_v<Element, cutlass::bfloat16_t> ||
                 cute::is_same_v<Element, cutlass::half_t>);
-  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dim 64 or 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim 64, 128 or 256");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
                 "kBlockN: WGMMA N and K steps");
   static_assert(kStages >= 2, "at least double buffering");
@@ -122,19 +132,6 @@ struct AttentionTraits {
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);  // one K or V tile
-};
-
-template <class Traits>
-struct SharedStorage {
-  using Element = typename Traits::Element;
-  alignas(1024) cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutQ>> q;
-  alignas(1024) cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutK>> k;
-  alignas(1024) cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutVt>> v;
-  alignas(8) uint64_t q_full;
-  uint64_t k_full[Traits::kStages];
-  uint64_t k_empty[Traits::kStages];
-  uint64_t v_full[Traits::kStages];
-  uint64_t v_empty[Traits::kStages];
 };
 
 // ---- TMA descriptors: (L, D, H, B) views of [B, L, H, D] tensors, V as (D, L, H, B) --------
@@ -208,6 +205,11 @@ struct AttentionParams {
   KvParams kv[kMaxChunksPerLaunch];
   int num_jobs = 0;
   int batch = 0, heads_q = 0, heads_kv = 0, group = 1;  // group = Hq / Hkv
+  int tma_batch = 0;  // the descriptors' batch extent: batch, or 1 for varlen's packed tensors
+  // Varlen: sequence b's rows are [cu_q[b], cu_q[b+1]) of the packed q/o/lse and [cu_k[b],
+  // cu_k[b+1]) of k/v (device arrays of batch + 1 values); nullptr otherwise.
+  const int* cu_q = nullptr;
+  const int* cu_k = nullptr;
   float scale_log2 = 0;                                 // softmax_scale * log2(e)
   int accumulate = 0;
 };
@@ -320,10 +322,28 @@ struct PipeState {
 
 struct TileInfo {
   int job, m_block, h, b, hkv;
+  int lq;                  // the job's query rows (varlen: this sequence's)
   int row_begin, row_end;  // [row_begin, row_end) of the job's query rows, row_end <= lq
+  int b_mem;               // batch index into the tensors (varlen: 0, the packed batch)
+  int q_offset, k_offset;  // varlen: the sequence's first row in q/o/lse and in k/v; else 0
+  int lkv;                 // varlen: the sequence's keys
 };
 
 template <class Traits>
+struct SharedStorage {
+  using Element = typename Traits::Element;
+  alignas(1024) cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutQ>> q;
+  alignas(1024) cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutK>> k;
+  alignas(1024) cute::array_aligned<Element, cute::cosize_v<typename Traits::SmemLayoutVt>> v;
+  alignas(8) uint64_t q_full;
+  KvParams varlen_kv;  // varlen: this CTA's sequence as its one chunk
+  uint64_t k_full[Traits::kStages];
+  uint64_t k_empty[Traits::kStages];
+  uint64_t v_full[Traits::kStages];
+  uint64_t v_empty[Traits::kStages];
+};
+
+template <class Traits, bool kVarlen>
 __device__ __forceinline__ TileInfo locate_tile(const AttentionParams<Traits>& p) {
   int x = int(blockIdx.x);
   int j = 0;
@@ -335,8 +355,20 @@ __device__ __forceinline__ TileInfo locate_tile(const AttentionParams<Traits>& p
   t.h = int(blockIdx.y);
   t.b = int(blockIdx.z);
   t.hkv = t.h / p.group;
+  t.lq = job.lq;
+  t.b_mem = t.b;
+  t.q_offset = t.k_offset = t.lkv = 0;
+  if constexpr (kVarlen) {
+    // Clamped to the packed extents (job.lq and kv[0].lkv hold the totals).
+    const int total_q = job.lq, total_k = p.kv[0].lkv;
+    t.q_offset = min(max(p.cu_q[t.b], 0), total_q);
+    t.lq = min(max(p.cu_q[t.b + 1], t.q_offset), total_q) - t.q_offset;
+    t.k_offset = min(max(p.cu_k[t.b], 0), total_k);
+    t.lkv = min(max(p.cu_k[t.b + 1], t.k_offset), total_k) - t.k_offset;
+    t.b_mem = 0;
+  }
   t.row_begin = t.m_block * Traits::kBlockM;
-  t.row_end = min(job.lq, t.row_begin + Traits::kBlockM);
+  t.row_end = min(t.lq, t.row_begin + Traits::kBlockM);
   return t;
 }
 
@@ -390,7 +422,10 @@ struct KvCursor {
 
 // ---- The kernel -------------------------------------------------------------------------------
 
-template <class Traits>
+// kVarlen: the launch is varlen (cu_seqlens); a separate instantiation, so the batched kernel
+// keeps its chunk table in parameter space and its offsets constant (a run-time choice cost the
+// consumers registers: 12 -> 72 bytes of spills at D128).
+template <class Traits, bool kVarlen>
 struct AttentionKernel {
   using Element = typename Traits::Element;
   using Params = AttentionParams<Traits>;
@@ -403,34 +438,39 @@ struct AttentionKernel {
   static constexpr size_t kSmemBytes = sizeof(Storage) + 1024;  // + alignment slack
 
   // -- producer: one thread issues every TMA --
-  __device__ static void produce(const Params& p, Storage& ss, const TileInfo& t) {
+  __device__ static void produce(const Params& p, const KvParams* kvs, Storage& ss,
+                                 const TileInfo& t) {
     const JobParams& job = p.jobs[t.job];
     KvCursor<kBlockN> cur;
-    cur.start(job, p.kv, t);
+    cur.start(job, kvs, t);
     if (!cur.valid()) return;  // nothing visible: consumers do not wait for Q either
 
     Tensor sQ = make_tensor(make_smem_ptr(ss.q.data()), typename Traits::SmemLayoutQ{});
     Tensor sK = make_tensor(make_smem_ptr(ss.k.data()), typename Traits::SmemLayoutK{});
     Tensor sVt = make_tensor(make_smem_ptr(ss.v.data()), typename Traits::SmemLayoutVt{});
 
-    Tensor mQ = p.tma_q.get_tma_tensor(make_shape(job.lq, Int<kHeadDim>{}, p.heads_q, p.batch));
-    Tensor gQ = local_tile(mQ(_, _, t.h, t.b), Shape<Int<kBlockM>, Int<kHeadDim>>{},
-                           make_coord(t.m_block, _0{}));
+    Tensor mQ =
+        p.tma_q.get_tma_tensor(make_shape(job.lq, Int<kHeadDim>{}, p.heads_q, p.tma_batch));
+    Tensor gQ = local_tile(domain_offset(make_coord(t.q_offset, _0{}), mQ(_, _, t.h, t.b_mem)),
+                           Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(t.m_block, _0{}));
     auto [tQgQ, tQsQ] =
         tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     mbar_arrive_expect_tx(&ss.q_full, Traits::kQBytes);
     copy(p.tma_q.with(&p.q_desc[t.job], ss.q_full), tQgQ, tQsQ);
 
     PipeState ps;
-    for (; cur.valid(); cur.advance(p.kv)) {
-      const KvParams& kv = p.kv[cur.chunk];
-      Tensor mK = p.tma_k.get_tma_tensor(make_shape(kv.lkv, Int<kHeadDim>{}, p.heads_kv, p.batch));
-      Tensor gK = local_tile(mK(_, _, t.hkv, t.b), Shape<Int<kBlockN>, Int<kHeadDim>>{},
+    for (; cur.valid(); cur.advance(kvs)) {
+      const KvParams& kv = p.kv[cur.chunk];  // the descriptor's extent (varlen: the total)
+      Tensor mK =
+          p.tma_k.get_tma_tensor(make_shape(kv.lkv, Int<kHeadDim>{}, p.heads_kv, p.tma_batch));
+      Tensor gK = local_tile(domain_offset(make_coord(t.k_offset, _0{}), mK(_, _, t.hkv, t.b_mem)),
+                             Shape<Int<kBlockN>, Int<kHeadDim>>{},
                              make_coord(_, _0{}));  // (kBlockN, D, blocks)
       Tensor mVt =
-          p.tma_vt.get_tma_tensor(make_shape(Int<kHeadDim>{}, kv.lkv, p.heads_kv, p.batch));
-      Tensor gVt = local_tile(mVt(_, _, t.hkv, t.b), Shape<Int<kHeadDim>, Int<kBlockN>>{},
-                              make_coord(_0{}, _));  // (D, kBlockN, blocks)
+          p.tma_vt.get_tma_tensor(make_shape(Int<kHeadDim>{}, kv.lkv, p.heads_kv, p.tma_batch));
+      Tensor gVt =
+          local_tile(domain_offset(make_coord(_0{}, t.k_offset), mVt(_, _, t.hkv, t.b_mem)),
+                     Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));  // (D, kBlockN, blocks)
       auto [tKgK, tKsK] =
           tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto [tVgV, tVsV] = tma_partition(p.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt),
@@ -578,7 +618,8 @@ struct AttentionKernel {
     }
   }
 
-  __device__ static void consume(const Params& p, Storage& ss, const TileInfo& t, int ctid) {
+  __device__ static void consume(const Params& p, const KvParams* kvs, Storage& ss,
+                                 const TileInfo& t, int ctid) {
     const JobParams& job = p.jobs[t.job];
     const int wg = ctid / 128;
     const int warp = (ctid % 128) / 32;
@@ -589,7 +630,7 @@ struct AttentionKernel {
     row_in_tile[1] = row_in_tile[0] + 8;
 
     KvCursor<kBlockN> cur;
-    cur.start(job, p.kv, t);
+    cur.start(job, kvs, t);
     // The state already holds the answer (a fresh one still needs its empty state written);
     // with a final output it still has to be converted. The producer loads nothing for such a
     // tile (no Q either), so nothing here waits on it.
@@ -630,7 +671,7 @@ struct AttentionKernel {
       for (int r = 0; r < 2; ++r) {
         const int64_t row = t.row_begin + row_in_tile[r];
         float lse = -INFINITY;
-        if (row < job.lq)
+        if (row < t.lq)
           lse = job.lse[t.b * job.lse_stride_b + t.h * job.lse_stride_h + row * job.lse_stride_l];
         const float* orow = static_cast<const float*>(job.o) + t.b * job.o_stride_b +
                             row * job.o_stride_l + t.h * job.o_stride_h;
@@ -655,7 +696,7 @@ struct AttentionKernel {
       float correction[2];
       int limit[2];
       auto set_limits = [&](const KvCursor<kBlockN>& c) {
-        const KvParams& kv = p.kv[c.chunk];
+        const KvParams& kv = kvs[c.chunk];
         CUTE_UNROLL
         for (int r = 0; r < 2; ++r) {
           const int64_t last = last_visible_key(kv, t.row_begin + row_in_tile[r]);
@@ -685,11 +726,11 @@ struct AttentionKernel {
       convert_p(tSrS, tOrP);
       PipeState pv = ps;
       ps.template advance<kStages>();
-      cur.advance(p.kv);
+      cur.advance(kvs);
 
       // Both waits come before the two GEMMs: a wait loop between WGMMA issues makes ptxas
       // serialize them (C7518, seen).
-      for (; cur.valid(); cur.advance(p.kv)) {
+      for (; cur.valid(); cur.advance(kvs)) {
         if (cur.need_mask()) set_limits(cur);
         mbar_wait<WaitPoint::kKFull>(&ss.k_full[ps.index], ps.phase);
         mbar_wait<WaitPoint::kVFull>(&ss.v_full[pv.index], pv.phase);
@@ -712,6 +753,21 @@ struct AttentionKernel {
       if (lane == 0) mbar_arrive(&ss.v_empty[pv.index]);
     }
     epilogue(p, job, t, tOrO, row_max, row_sum, row_in_tile, col0, lane);
+    if constexpr (kVarlen) {
+      if (t.m_block == job.num_m_blocks - 1) poison_unreached_rows(job, t, ctid);
+    }
+  }
+
+  // Varlen: the rows of a sequence longer than max_seqlen_q (past the grid's reach) get NaN in o
+  // and lse, so a wrong max_seqlen_q shows instead of leaving whatever the buffer held.
+  __device__ static void poison_unreached_rows(const JobParams& job, const TileInfo& t, int ctid) {
+    const int first = job.num_m_blocks * kBlockM;
+    for (int64_t i = ctid; i < int64_t(t.lq - first) * kHeadDim; i += Traits::kNumConsumerThreads) {
+      const int64_t row = t.q_offset + first + i / kHeadDim;
+      const int d = int(i % kHeadDim);
+      static_cast<Element*>(job.o)[row * job.o_stride_l + t.h * job.o_stride_h + d] = Element(NAN);
+      if (d == 0 && job.lse != nullptr) job.lse[t.h * job.lse_stride_h + row * job.lse_stride_l] = NAN;
+    }
   }
 
   // A tile whose state no key changes: final_o = state O in the element type, rows with lse =
@@ -722,7 +778,7 @@ struct AttentionKernel {
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       const int64_t row = t.row_begin + row_in_tile[r];
-      if (row >= job.lq) continue;
+      if (row >= t.lq) continue;
       const float lse =
           job.lse[t.b * job.lse_stride_b + t.h * job.lse_stride_h + row * job.lse_stride_l];
       const float* orow = static_cast<const float*>(job.o) + t.b * job.o_stride_b +
@@ -749,8 +805,8 @@ struct AttentionKernel {
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
       const float lse = sum > 0.0f ? (row_max[r] + __log2f(sum)) * kLn2 : -INFINITY;
-      const int64_t row = t.row_begin + row_in_tile[r];
-      if (row >= job.lq) continue;
+      if (t.row_begin + row_in_tile[r] >= t.lq) continue;
+      const int64_t row = t.q_offset + t.row_begin + row_in_tile[r];  // in the tensors
       if (p.accumulate && job.final_o == nullptr) {
         float* orow = static_cast<float*>(job.o) + t.b * job.o_stride_b + row * job.o_stride_l +
                       t.h * job.o_stride_h;
@@ -765,7 +821,7 @@ struct AttentionKernel {
         Element* orow = p.accumulate
                             ? static_cast<Element*>(job.final_o) + t.b * job.final_o_stride_b +
                                   row * job.final_o_stride_l + t.h * job.final_o_stride_h
-                            : static_cast<Element*>(job.o) + t.b * job.o_stride_b +
+                            : static_cast<Element*>(job.o) + t.b_mem * job.o_stride_b +
                                   row * job.o_stride_l + t.h * job.o_stride_h;
         CUTE_UNROLL
         for (int v = 0; v < kHeadDim / 8; ++v) {
@@ -774,16 +830,16 @@ struct AttentionKernel {
         }
       }
       if (lane % 4 == 0 && job.lse != nullptr)
-        job.lse[t.b * job.lse_stride_b + t.h * job.lse_stride_h + row * job.lse_stride_l] = lse;
+        job.lse[t.b_mem * job.lse_stride_b + t.h * job.lse_stride_h + row * job.lse_stride_l] = lse;
     }
   }
 };
 
-template <class Traits>
+template <class Traits, bool kVarlen>
 __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     attention_sm90_kernel(const __grid_constant__ AttentionParams<Traits> params) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Kernel = AttentionKernel<Traits>;
+  using Kernel = AttentionKernel<Traits, kVarlen>;
   using Storage = SharedStorage<Traits>;
   extern __shared__ char smem_raw[];
   // SW128 tiles need 1024-byte alignment; the dynamic allocation has 1024 bytes of slack.
@@ -791,9 +847,21 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
                                             ~uintptr_t(1023));
   const int warp_group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   const int warp_in_group = __shfl_sync(0xffffffffu, (int(threadIdx.x) / 32) % 4, 0);
-  const TileInfo tile = locate_tile(params);
+  const TileInfo tile = locate_tile<Traits, kVarlen>(params);
+  // Varlen: the grid covers the longest sequence; a tile past this one's rows has nothing to do.
+  if constexpr (kVarlen) {
+    if (tile.row_begin >= tile.lq) return;
+  }
 
   if (threadIdx.x == 0) {
+    if constexpr (kVarlen) {
+      KvParams& kv = ss.varlen_kv;
+      kv = params.kv[0];
+      kv.lkv = tile.lkv;
+      kv.q_start = kv.causal ? int64_t(tile.lkv) - tile.lq : 0;  // bottom-right aligned
+      kv.kv_start = 0;
+      kv.q_stride = kv.kv_stride = 1;
+    }
     mbar_init(&ss.q_full, 1);
     for (int s = 0; s < Traits::kStages; ++s) {
       mbar_init(&ss.k_full[s], 1);
@@ -804,16 +872,22 @@ __global__ void __launch_bounds__(Traits::kNumThreads, 1)
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
+  const KvParams* kvs;
+  if constexpr (kVarlen) {
+    kvs = &ss.varlen_kv;
+  } else {
+    kvs = params.kv;
+  }
 
   if (warp_group == 0) {
     cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegisters>();
     if (warp_in_group == 0 && cute::elect_one_sync()) {
       cute::prefetch_tma_descriptor(&params.q_desc[tile.job]);
-      Kernel::produce(params, ss, tile);
+      Kernel::produce(params, kvs, ss, tile);
     }
   } else {
     cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegisters>();
-    Kernel::consume(params, ss, tile, int(threadIdx.x) - 128);
+    Kernel::consume(params, kvs, ss, tile, int(threadIdx.x) - 128);
   }
 #else
   if (threadIdx.x == 0 && blockIdx.x == 0) printf("tessera attn: kernel built without sm_90a\n");
@@ -826,7 +900,7 @@ template <class Traits>
 void launch_attention(const LaunchDesc& d) {
   using Element = typename Traits::Element;
   using Params = AttentionParams<Traits>;
-  using Kernel = AttentionKernel<Traits>;
+  using Kernel = AttentionKernel<Traits, false>;  // kSmemBytes: the same for both forms
   TESSERA_CHECK(d.head_dim == Traits::kHeadDim && d.num_jobs >= 1 && d.num_kv >= 1 &&
                     d.num_jobs <= kMaxJobsPerLaunch && d.num_kv <= kMaxChunksPerLaunch,
                 ErrorCode::kInternal, "attention launch: head dim ", d.head_dim, ", ", d.num_jobs,
@@ -839,17 +913,25 @@ void launch_attention(const LaunchDesc& d) {
   p.scale_log2 = d.softmax_scale * kLog2e;
   p.accumulate = d.accumulate ? 1 : 0;
   p.num_jobs = d.num_jobs;
+  const bool varlen = d.cu_seqlens_q != nullptr;
+  TESSERA_CHECK(!varlen || (d.num_jobs == 1 && d.num_kv == 1 && !d.accumulate),
+                ErrorCode::kInternal, "attention launch: varlen takes one forward job and chunk");
+  p.cu_q = d.cu_seqlens_q;
+  p.cu_k = d.cu_seqlens_k;
+  p.tma_batch = varlen ? 1 : p.batch;
   int m_blocks = 0;
   for (int j = 0; j < d.num_jobs; ++j) {
     const JobLaunch& in = d.jobs[j];
     auto tma = make_tma_q<Traits>(static_cast<const Element*>(in.q.data), int(in.q.len), p.heads_q,
-                                  p.batch, in.q.stride_l, in.q.stride_h, in.q.stride_b);
+                                  p.tma_batch, in.q.stride_l, in.q.stride_h, in.q.stride_b);
     if (j == 0) p.tma_q = tma;
     p.q_desc[j] = *tma.get_tma_descriptor();
     JobParams& out = p.jobs[j];
     out.lq = int(in.q.len);
     out.m_block_begin = m_blocks;
-    out.num_m_blocks = int((in.q.len + Traits::kBlockM - 1) / Traits::kBlockM);
+    // Varlen: enough tiles for the longest sequence (in.q.len is the packed total).
+    const int64_t rows = varlen ? std::min(d.max_seqlen_q, in.q.len) : in.q.len;
+    out.num_m_blocks = int((rows + Traits::kBlockM - 1) / Traits::kBlockM);
     m_blocks += out.num_m_blocks;
     out.kv_begin = in.kv_begin;
     out.kv_end = in.kv_end;
@@ -870,9 +952,9 @@ void launch_attention(const LaunchDesc& d) {
   for (int c = 0; c < d.num_kv; ++c) {
     const KvLaunchChunk& in = d.kv[c];
     auto tk = make_tma_k<Traits>(static_cast<const Element*>(in.k.data), int(in.k.len), p.heads_kv,
-                                 p.batch, in.k.stride_l, in.k.stride_h, in.k.stride_b);
+                                 p.tma_batch, in.k.stride_l, in.k.stride_h, in.k.stride_b);
     auto tv = make_tma_vt<Traits>(static_cast<const Element*>(in.v.data), int(in.v.len), p.heads_kv,
-                                  p.batch, in.v.stride_l, in.v.stride_h, in.v.stride_b);
+                                  p.tma_batch, in.v.stride_l, in.v.stride_h, in.v.stride_b);
     if (c == 0) {
       p.tma_k = tk;
       p.tma_vt = tv;
@@ -889,16 +971,17 @@ void launch_attention(const LaunchDesc& d) {
   }
   if (m_blocks == 0 || d.batch == 0 || d.heads_q == 0) return;
 
-  auto kernel = attention_sm90_kernel<Traits>;
-  // The dynamic shared-memory limit is raised once per device.
-  static std::atomic<uint64_t> raised_on_devices{0};
+  auto kernel = varlen ? attention_sm90_kernel<Traits, true> : attention_sm90_kernel<Traits, false>;
+  // The dynamic shared-memory limit is raised once per device and form.
+  static std::atomic<uint64_t> raised_on_devices[2] = {0, 0};
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = uint64_t(1) << (device & 63);
-  if ((raised_on_devices.load(std::memory_order_acquire) & bit) == 0) {
+  std::atomic<uint64_t>& raised = raised_on_devices[varlen ? 1 : 0];
+  if ((raised.load(std::memory_order_acquire) & bit) == 0) {
     TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             int(Kernel::kSmemBytes)));
-    raised_on_devices.fetch_or(bit, std::memory_order_acq_rel);
+    raised.fetch_or(bit, std::memory_order_acq_rel);
   }
   dim3 grid(unsigned(m_blocks), unsigned(d.heads_q), unsigned(d.batch));
   kernel<<<grid, Traits::kNumThreads, Kernel::kSmemBytes,

@@ -29,6 +29,13 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
 // Checks the cuda-only limits (dtype, head dim, alignment); throws kUnsupported naming `what`.
 void cuda_check_supported(const TensorView& t, const char* what, bool is_qkv);
 void cuda_init_state(const AttnState& state, const Stream& stream);
+// The varlen forward (varlen.h) on validated packed tensors viewed as one batch: q, o
+// [1, total_q, Hq, D], k, v [1, total_k, Hkv, D], lse f32 [1, Hq, total_q] or empty; cu_seqlens
+// i32 [B + 1] on the stream's device.
+void cuda_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
+                           int64_t max_seqlen_q, bool causal, float softmax_scale,
+                           const TensorView& o, const TensorView& lse, const Stream& stream);
 // o, lse = merge(partials); lse may be empty. Zero partials write o = 0, lse = -inf.
 void cuda_merge(std::span<const Partial> partials, const TensorView& o, const TensorView& lse,
                 const Stream& stream);

@@ -30,8 +30,9 @@ std::unique_ptr<SpAttention> SpAttention::create(RankContext& ctx, const PlanReq
     TESSERA_CHECK(shape.dtype == DType::kBF16 || shape.dtype == DType::kF16,
                   ErrorCode::kUnsupported, "dtype = ", dtype_name(shape.dtype),
                   ": the cuda attention kernels take bf16 or f16");
-    TESSERA_CHECK(shape.head_dim == 64 || shape.head_dim == 128, ErrorCode::kUnsupported,
-                  "head_dim = ", shape.head_dim, ": the cuda attention kernels take 64 or 128");
+    TESSERA_CHECK(shape.head_dim == 64 || shape.head_dim == 128 || shape.head_dim == 256,
+                  ErrorCode::kUnsupported, "head_dim = ", shape.head_dim,
+                  ": the cuda attention kernels take 64, 128 or 256");
   }
   const float scale = options.softmax_scale.value_or(attn::default_softmax_scale(shape.head_dim));
   TESSERA_CHECK_ARG(std::isfinite(scale) && scale > 0, "options.softmax_scale = ", scale,

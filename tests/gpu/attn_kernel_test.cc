@@ -5,7 +5,8 @@
 // key must be exactly O = 0, lse = -inf. Shapes include 1, odd lengths and lengths that are
 // not multiples of any tile, separate Q and KV lengths, GQA/MQA, strided views, masks by
 // global positions, chunked accumulation over 1..16 (and 40) chunks, several jobs per launch,
-// merge and finalize, and the final output written by the state's last accumulate.
+// merge and finalize, the final output written by the state's last accumulate, and packed
+// sequences of different lengths (varlen), head dims 64, 128 and 256.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 
 #include "tessera/attn/attention.h"
 #include "tessera/attn/reference.h"
+#include "tessera/attn/varlen.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/runtime/memory.h"
@@ -186,7 +188,7 @@ TEST_F(AttnGpu, ForwardMatchesReferenceOnOddShapes) {
       {1, 260, 130, 4, 2, MaskSpec::causal_at(0, 0)},        // rows past the keys
   };
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : {64, 128, 256}) {
       for (const Case& c : cases) {
         Mirrored q = random({c.b, c.lq, c.hq, d}, dtype, seed++);
         Mirrored k = random({c.b, c.lkv, c.hkv, d}, dtype, seed++);
@@ -229,7 +231,7 @@ TEST_F(AttnGpu, MasksByGlobalPositionsAndRowsWithoutKeys) {
       {1, 333, 77, 2, 2, MaskSpec::causal_at(500, 450, 1, 1)},  // partially visible chunk
   };
   for (DType dtype : {DType::kBF16}) {
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : {64, 128, 256}) {
       for (const Case& c : cases) {
         Mirrored q = random({c.b, c.lq, c.hq, d}, dtype, seed++);
         Mirrored k = random({c.b, c.lkv, c.hkv, d}, dtype, seed++);
@@ -462,7 +464,7 @@ TEST_F(AttnGpu, FinalOutputEqualsAccumulateThenFinalize) {
   const int64_t B = 2, Lq = 300, Lkv = 700, Hq = 4, Hkv = 2;
   uint32_t seed = 900;
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (int64_t D : {64, 128}) {
+    for (int64_t D : {64, 128, 256}) {
       Mirrored q = random({B, Lq, Hq, D}, dtype, seed++);
       Mirrored k = random({B, Lkv, Hkv, D}, dtype, seed++);
       Mirrored v = random({B, Lkv, Hkv, D}, dtype, seed++);
@@ -584,6 +586,152 @@ TEST_F(AttnGpu, LongerSequenceSampledRows) {
                               default_softmax_scale(D), ReferencePrecision::kInputRounding);
       expect_within(compare(o.h(1, row, 1), lse.h(2, row, 1), f32), tolerance_for(f32, low, dtype),
                     str("row ", row, mask.causal ? " causal" : ""));
+    }
+  }
+}
+
+// A packed [total, H, D] tensor's rows [start, start + len) as a [1, len, H, D] batch.
+TensorView sequence_rows(const TensorView& t, int64_t start, int64_t len) {
+  const TensorView s = t.slice(0, start, len);
+  return TensorView(s.data(), s.dtype(), s.device(), {1, len, t.size(1), t.size(2)},
+                    {std::max<int64_t>(len, 1) * t.stride(0), t.stride(0), t.stride(1), t.stride(2)});
+}
+
+// Varlen: sequences of different lengths (an empty one, one shorter than a tile, one longer
+// than two tiles, queries fewer than keys) packed in one call, against the float32 reference of
+// each sequence with the usual rule, and bitwise against each sequence run alone by forward()
+// (the same tiles, masks and order: the keys of the next sequence that a tile loads past its
+// own end are masked like the zeros past a tensor's end). bf16 and fp16, D 64, 128 and 256,
+// causal (bottom-right) and not, GQA 2:1; then a second call bitwise like the first.
+TEST_F(AttnGpu, VarlenMatchesReferenceAndEachSequenceAlone) {
+  const std::vector<int32_t> lens_q = {130, 0, 1, 77, 300, 64};
+  const std::vector<int32_t> lens_k = {130, 5, 40, 77, 300, 200};
+  const int64_t hq = 4, hkv = 2, batch = int64_t(lens_q.size());
+  std::vector<int32_t> cu_q(1, 0), cu_k(1, 0);
+  for (int64_t b = 0; b < batch; ++b) {
+    cu_q.push_back(cu_q.back() + lens_q[size_t(b)]);
+    cu_k.push_back(cu_k.back() + lens_k[size_t(b)]);
+  }
+  const int64_t total_q = cu_q.back(), total_k = cu_k.back();
+  Mirrored cuq{Tensor::empty({batch + 1}, DType::kI32, Device::cpu()),
+               Tensor::empty({batch + 1}, DType::kI32, Device::cuda(0))};
+  Mirrored cuk{Tensor::empty({batch + 1}, DType::kI32, Device::cpu()),
+               Tensor::empty({batch + 1}, DType::kI32, Device::cuda(0))};
+  std::memcpy(cuq.host.data(), cu_q.data(), cuq.bytes());
+  std::memcpy(cuk.host.data(), cu_k.data(), cuk.bytes());
+  upload(cuq);
+  upload(cuk);
+  uint32_t seed = 1200;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t d : {64, 128, 256}) {
+      Mirrored q = random({total_q, hq, d}, dtype, seed++);
+      Mirrored k = random({total_k, hkv, d}, dtype, seed++);
+      Mirrored v = random({total_k, hkv, d}, dtype, seed++);
+      const float scale = default_softmax_scale(d);
+      for (bool causal : {false, true}) {
+        const std::string what = str(dtype_name(dtype), " D", d, causal ? " causal" : "");
+        Mirrored o = poisoned({total_q, hq, d}, dtype);
+        Mirrored lse = poisoned({hq, total_q}, DType::kF32);
+        forward_varlen(q.d(), k.d(), v.d(), cuq.d(), cuk.d(), 300, 300, causal, scale, o.d(),
+                       lse.d(), stream_);
+        download(o);
+        download(lse);
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t q0 = cu_q[size_t(b)], lq = lens_q[size_t(b)];
+          const int64_t k0 = cu_k[size_t(b)], lk = lens_k[size_t(b)];
+          if (lq == 0) continue;
+          const MaskSpec mask = causal ? MaskSpec::causal_at(lk - lq, 0) : MaskSpec::none();
+          // o rows and lse columns of this sequence, as [1, lq, Hq, D] and [1, Hq, lq].
+          const TensorView o_b = sequence_rows(o.h(), q0, lq);
+          const TensorView l = lse.h().slice(1, q0, lq);
+          const TensorView lse_b(l.data(), DType::kF32, l.device(), {1, hq, lq},
+                                 {hq * total_q, l.stride(0), l.stride(1)});
+          const KvChunk chunk{sequence_rows(k.h(), k0, lk), sequence_rows(v.h(), k0, lk), mask};
+          const ReferenceResult f32 = reference_attention(
+              sequence_rows(q.h(), q0, lq), std::span<const KvChunk>(&chunk, 1), scale);
+          const ReferenceResult low =
+              reference_attention(sequence_rows(q.h(), q0, lq), std::span<const KvChunk>(&chunk, 1),
+                                  scale, ReferencePrecision::kInputRounding);
+          expect_within(compare(o_b, lse_b, f32), tolerance_for(f32, low, dtype),
+                        str(what, " sequence ", b));
+          // The same sequence alone.
+          Mirrored o1 = poisoned({1, lq, hq, d}, dtype);
+          Mirrored l1 = poisoned({1, hq, lq}, DType::kF32);
+          forward(sequence_rows(q.d(), q0, lq), sequence_rows(k.d(), k0, lk),
+                  sequence_rows(v.d(), k0, lk), o1.d(), l1.d(), mask, scale, stream_);
+          download(o1);
+          download(l1);
+          EXPECT_EQ(std::memcmp(o_b.data(), o1.host.data(), o1.bytes()), 0)
+              << what << " sequence " << b << ": o differs from the sequence run alone";
+          for (int64_t h = 0; h < hq; ++h)
+            for (int64_t i = 0; i < lq; ++i) {
+              const float a = at3(lse_b, 0, h, i), e = at3(l1.h(), 0, h, i);
+              ASSERT_TRUE(a == e || (std::isnan(a) && std::isnan(e)))
+                  << what << " sequence " << b << " lse[" << h << ", " << i << "] " << a << " vs "
+                  << e << " alone";
+            }
+        }
+        Mirrored o2 = poisoned({total_q, hq, d}, dtype);
+        Mirrored lse2 = poisoned({hq, total_q}, DType::kF32);
+        forward_varlen(q.d(), k.d(), v.d(), cuq.d(), cuk.d(), 300, 300, causal, scale, o2.d(),
+                       lse2.d(), stream_);
+        download(o2);
+        download(lse2);
+        EXPECT_EQ(std::memcmp(o.host.data(), o2.host.data(), o.bytes()), 0) << what << ": second call";
+        EXPECT_EQ(std::memcmp(lse.host.data(), lse2.host.data(), lse.bytes()), 0)
+            << what << ": second call's lse";
+      }
+    }
+  }
+}
+
+// Varlen with a max_seqlen_q below the longest sequence: the rows past it come out NaN (loud),
+// every other row as with the right bound; a sequence past the packed tensors' end is clamped
+// to them (nothing written outside o).
+TEST_F(AttnGpu, VarlenRowsPastMaxSeqlenAreNaN) {
+  const int64_t h = 2, d = 128, total = 300;
+  Mirrored q = random({total, h, d}, DType::kBF16, 1300);
+  Mirrored cu{Tensor::empty({3}, DType::kI32, Device::cpu()),
+              Tensor::empty({3}, DType::kI32, Device::cuda(0))};
+  const int32_t entries[3] = {0, 100, 300};
+  std::memcpy(cu.host.data(), entries, sizeof entries);
+  upload(cu);
+  Mirrored right = poisoned({total, h, d}, DType::kBF16);
+  Mirrored short_bound = poisoned({total, h, d}, DType::kBF16);
+  forward_varlen(q.d(), q.d(), q.d(), cu.d(), cu.d(), 200, 200, false, 0.1f, right.d(),
+                 TensorView(), stream_);
+  forward_varlen(q.d(), q.d(), q.d(), cu.d(), cu.d(), 128, 200, false, 0.1f, short_bound.d(),
+                 TensorView(), stream_);
+  download(right);
+  download(short_bound);
+  // cu_seqlens past the packed tensors' end (400 of 300 rows): clamped, o's buffer past its
+  // view untouched.
+  const int32_t beyond[3] = {0, 100, 400};
+  Mirrored cu_beyond{Tensor::empty({3}, DType::kI32, Device::cpu()),
+                     Tensor::empty({3}, DType::kI32, Device::cuda(0))};
+  std::memcpy(cu_beyond.host.data(), beyond, sizeof beyond);
+  upload(cu_beyond);
+  Mirrored big = poisoned({total + 100, h, d}, DType::kBF16);
+  forward_varlen(q.d(), q.d(), q.d(), cu_beyond.d(), cu_beyond.d(), 300, 300, false, 0.1f,
+                 big.d(0, 0, total), TensorView(), stream_);
+  download(big);
+  const auto* bytes = static_cast<const unsigned char*>(big.host.data());
+  for (size_t i = size_t(total * h * d) * 2; i < big.bytes(); ++i)
+    ASSERT_EQ(bytes[i], 0xFF) << "byte " << i << " past o's view was written";
+  EXPECT_EQ(std::memcmp(big.host.data(), right.host.data(), size_t(total * h * d) * 2), 0)
+      << "the clamped call's rows differ from the right one's";
+  for (int64_t row = 0; row < total; ++row) {
+    // The kernel's tiles are 128 rows; sequence 1 (rows 100..300) reaches row 100 + 128.
+    const bool reached = row < 100 + 128;
+    for (int64_t j = 0; j < h * d; j += 37) {
+      const float a = load_as_float(short_bound.host.data(), DType::kBF16, row * h * d + j);
+      const float e = load_as_float(right.host.data(), DType::kBF16, row * h * d + j);
+      ASSERT_TRUE(std::isfinite(e)) << "row " << row;
+      if (reached) {
+        ASSERT_EQ(a, e) << "row " << row;
+      } else {
+        ASSERT_TRUE(std::isnan(a)) << "row " << row << " past max_seqlen_q: " << a;
+      }
     }
   }
 }

@@ -1,7 +1,9 @@
 // The varlen attention reference (attn/varlen.h): a packed batch with lengths 0, 1 and odd ones
 // (queries longer and shorter than keys, GQA, strided views) equals running each sequence alone
 // through reference_attention, bit for bit, causal (bottom-right) and not; the bottom-right
-// alignment checked against the naive formula; every bad cu_seqlens refused by name and index.
+// alignment checked against the naive formula; every bad cu_seqlens refused by name and index;
+// forward_varlen on a cpu stream writes the reference's result into o and lse, and refuses bad
+// outputs and placements by name.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -11,6 +13,7 @@
 
 #include "tessera/attn/varlen.h"
 #include "tessera/core/error.h"
+#include "tessera/runtime/stream.h"
 #include "unit/attn_test_util.h"
 
 namespace tessera::attn {
@@ -181,6 +184,57 @@ TEST(AttnVarlen, BadCuSeqlensAreRefusedByNameAndIndex) {
         reference_attention_varlen(q4, k, k, cu_tensor({0, 6}), cu_tensor({0, 5}), 6, 5, false, s);
       }),
       "q = bf16[1, 6, 2, 8] cpu: expected [total, H, D]");
+}
+
+TEST(AttnVarlen, ForwardOnCpuWritesTheReference) {
+  const std::vector<int32_t> cu_q = {0, 3, 3, 10}, cu_k = {0, 4, 6, 10};
+  Tensor q = random_tensor({10, 4, 16}, DType::kBF16, 11);
+  Tensor k = random_tensor({10, 2, 16}, DType::kBF16, 12);
+  Tensor v = random_tensor({10, 2, 16}, DType::kBF16, 13);
+  // lse a transposed view (stride 1 in heads): the layout is the caller's.
+  Tensor o = filled({10, 4, 16}, DType::kBF16, 7.0f);
+  Tensor lse_t = filled({10, 4}, DType::kF32, 7.0f);
+  const TensorView lse(lse_t.data(), DType::kF32, Device::cpu(), {4, 10}, {1, 4});
+  for (bool causal : {false, true}) {
+    forward_varlen(q, k, v, cu_tensor(cu_q), cu_tensor(cu_k), 7, 4, causal, 0.25f, o, lse,
+                   Stream::cpu());
+    const VarlenReferenceResult r = reference_attention_varlen(
+        q, k, v, cu_tensor(cu_q), cu_tensor(cu_k), 7, 4, causal, 0.25f);
+    for (int64_t t = 0; t < 10; ++t)
+      for (int64_t h = 0; h < 4; ++h) {
+        ASSERT_TRUE(same_bits(lse.data_as<float>()[h + 4 * t], r.lse_at(h, t)))
+            << "lse " << h << ", " << t;
+        for (int64_t d = 0; d < 16; ++d)
+          ASSERT_EQ(at3(o, t, h, d), round_to_dtype(DType::kBF16, r.o_at(t, h, d)))
+              << "o " << t << ", " << h << ", " << d;
+      }
+  }
+  auto has = [](const std::string& msg, const std::string& part) {
+    return msg.find(part) != std::string::npos;
+  };
+  Tensor o_short = filled({9, 4, 16}, DType::kBF16, 0.0f);
+  EXPECT_PRED2(has, error_of([&] {
+                 forward_varlen(q, k, v, cu_tensor(cu_q), cu_tensor(cu_k), 7, 4, false, 0.25f,
+                                o_short, TensorView(), Stream::cpu());
+               }),
+               "o = bf16[9, 4, 16] cpu: expected the shape of q = bf16[10, 4, 16] cpu");
+  Tensor lse_bad = filled({10, 4}, DType::kF32, 0.0f);
+  EXPECT_PRED2(has, error_of([&] {
+                 forward_varlen(q, k, v, cu_tensor(cu_q), cu_tensor(cu_k), 7, 4, false, 0.25f, o,
+                                lse_bad, Stream::cpu());
+               }),
+               "lse = f32[10, 4] cpu: expected f32[4, 10] [Hq, total_q]");
+  Tensor cu_wide = Tensor::empty({4}, DType::kI64, Device::cpu());
+  EXPECT_PRED2(has, error_of([&] {
+                 forward_varlen(q, k, v, cu_wide, cu_tensor(cu_k), 7, 4, false, 0.25f, o,
+                                TensorView(), Stream::cpu());
+               }),
+               "cu_seqlens_q = i64[4] cpu: expected contiguous i32[B + 1]");
+  EXPECT_PRED2(has, error_of([&] {
+                 forward_varlen(q, k, v, cu_tensor(cu_q), cu_tensor(cu_k), 6, 4, false, 0.25f, o,
+                                TensorView(), Stream::cpu());
+               }),
+               "cu_seqlens_q[3] - cu_seqlens_q[2] = 7: expected <= max_seqlen_q = 6");
 }
 
 }  // namespace

@@ -1,9 +1,12 @@
 // `tessera bench attn`: forward attention throughput over a shape sweep, with torch SDPA
 // (cuDNN and flash backends) measured in the same run on identical inputs, and ratios.
 //
-// Cases are strings "b<B>_h<Hq>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>]" (Lq = Lkv = L).
-// "_fold<N>" times accumulate() folding the KV split into N chunks in one launch, next to the
-// one-call forward over the whole KV (the chunked path distributed attention uses).
+// Cases are strings "b<B>_h<Hq>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>][_varlen]" (Lq =
+// Lkv = L). "_fold<N>" times accumulate() folding the KV split into N chunks in one launch, next
+// to the one-call forward over the whole KV (the chunked path distributed attention uses).
+// "_varlen" packs B sequences of different lengths, L/2 to 3L/2 (B L tokens in all), into one
+// forward_varlen call; compare its TFLOP/s with the case without "_varlen" (the same tokens in
+// B equal sequences). The anchor skips fold and varlen cases.
 // Inputs: element e of q/k/v (contiguous [B, L, H, D]) is a hash of (seed, tensor, e) mapped
 // to [-1, 1) and rounded to the dtype; bench/anchors/torch_sdpa.py generates the same bits,
 // and both print a checksum of the first elements to prove it.
@@ -27,6 +30,7 @@
 #include "options.h"
 #include "tessera/attn/attention.h"
 #include "tessera/attn/reference.h"
+#include "tessera/attn/varlen.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
@@ -46,7 +50,9 @@ using attn::MaskSpec;
 const char* kDefaultCases =
     "b1_h24_d128_l4608,b1_h24_d128_l16384,b1_h24_d128_l36864,b1_h24_d128_l65536,"
     "b1_h24_d64_l65536,b1_h32_d128_l32768,b1_h32_kv8_d128_l32768,b1_h24_d128_l16384_causal,"
-    "b1_h24_d128_l65536_causal,b1_h24_d128_l16384_fp16,b1_h24_d128_l16384_fold4";
+    "b1_h24_d128_l65536_causal,b1_h24_d128_l16384_fp16,b1_h24_d64_l65536_fp16,"
+    "b1_h24_d256_l16384,b1_h24_d256_l16384_causal,b1_h24_d128_l16384_fold4,b4_h24_d128_l4096,"
+    "b4_h24_d128_l4096_varlen,b4_h24_d128_l4096_causal,b4_h24_d128_l4096_varlen_causal";
 
 struct AttnCase {
   std::string name;
@@ -54,7 +60,20 @@ struct AttnCase {
   bool causal = false;
   DType dtype = DType::kBF16;
   int fold = 0;  // > 0: accumulate over this many chunks
+  bool varlen = false;
 };
+
+// The varlen case's sequence lengths: from L/2 up to 3L/2 in even steps, B L tokens in all.
+std::vector<int64_t> varlen_lengths(const AttnCase& c) {
+  std::vector<int64_t> lens;
+  int64_t sum = 0;
+  for (int64_t b = 0; b < c.batch; ++b) {
+    const int64_t len = c.batch == 1 ? c.len : c.len / 2 + c.len * b / (c.batch - 1);
+    lens.push_back(b + 1 == c.batch ? c.batch * c.len - sum : len);
+    sum += len;
+  }
+  return lens;
+}
 
 AttnCase parse_case(const std::string& text) {
   AttnCase c;
@@ -81,6 +100,8 @@ AttnCase parse_case(const std::string& text) {
       c.dtype = DType::kF16;
     } else if (part == "bf16") {
       c.dtype = DType::kBF16;
+    } else if (part == "varlen") {
+      c.varlen = true;
     } else if (part.rfind("fold", 0) == 0) {
       c.fold = int(number(4));
     } else if (part.rfind("kv", 0) == 0) {
@@ -97,12 +118,15 @@ AttnCase parse_case(const std::string& text) {
     } else {
       throw_error(ErrorCode::kInvalidArgument,
                   str("--cases: unknown part '", part, "' in '", text,
-                      "': expected b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>]"));
+                      "': expected b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>]"
+                      "[_varlen]"));
     }
   }
   if (!has_kv) c.heads_kv = c.heads_q;
   TESSERA_CHECK_ARG(c.heads_q % c.heads_kv == 0, "--cases: '", text, "': Hq ", c.heads_q,
                     " is not a multiple of Hkv ", c.heads_kv);
+  TESSERA_CHECK_ARG(!(c.varlen && c.fold > 0), "--cases: '", text,
+                    "': varlen and fold do not combine");
   return c;
 }
 
@@ -144,8 +168,12 @@ double checksum(const Tensor& t) {
 }
 
 double flops(const AttnCase& c) {
-  const double full = 4.0 * double(c.batch) * double(c.heads_q) * double(c.head_dim) *
-                      double(c.len) * double(c.len);
+  double pairs = double(c.batch) * double(c.len) * double(c.len);
+  if (c.varlen) {
+    pairs = 0;
+    for (int64_t len : varlen_lengths(c)) pairs += double(len) * double(len);
+  }
+  const double full = 4.0 * double(c.heads_q) * double(c.head_dim) * pairs;
   return c.causal ? full / 2 : full;
 }
 
@@ -183,9 +211,11 @@ struct RowCheck {
   double max_err = 0, tolerance = 0;
 };
 
-// Compares sampled query rows (batch 0, first and last head) with the float32 reference.
-RowCheck check_rows(const AttnCase& c, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& o, const Tensor& lse, int num_rows) {
+// Compares sampled query rows (batch 0, first and last head) with the float32 reference. q, k,
+// v, o: [1+, c.len, H, D] contiguous; lse: head h's rows from h * lse_head_stride.
+RowCheck check_rows(const AttnCase& c, const TensorView& q, const TensorView& k,
+                    const TensorView& v, const TensorView& o, const TensorView& lse,
+                    int64_t lse_head_stride, int num_rows) {
   RowCheck r;
   const float scale = attn::default_softmax_scale(c.head_dim);
   auto round = [&](float x) {
@@ -197,9 +227,8 @@ RowCheck check_rows(const AttnCase& c, const Tensor& q, const Tensor& k, const T
     for (int64_t h : {int64_t(0), c.heads_q - 1}) {
       const int64_t hk = h / (c.heads_q / c.heads_kv);
       const MaskSpec mask = c.causal ? MaskSpec::causal_at(row, 0) : MaskSpec::none();
-      KvChunk one{k.view().slice(0, 0, 1).slice(2, hk, 1), v.view().slice(0, 0, 1).slice(2, hk, 1),
-                  mask};
-      TensorView qrow = q.view().slice(0, 0, 1).slice(1, row, 1).slice(2, h, 1);
+      KvChunk one{k.slice(0, 0, 1).slice(2, hk, 1), v.slice(0, 0, 1).slice(2, hk, 1), mask};
+      TensorView qrow = q.slice(0, 0, 1).slice(1, row, 1).slice(2, h, 1);
       attn::ReferenceResult f32 =
           attn::reference_attention(qrow, std::span<const KvChunk>(&one, 1), scale);
       attn::ReferenceResult low = attn::reference_attention(
@@ -213,7 +242,7 @@ RowCheck check_rows(const AttnCase& c, const Tensor& q, const Tensor& k, const T
         noise = std::max(noise, double(std::abs(round(ref) - ref)));
         err = std::isfinite(got) ? std::max(err, double(std::abs(got - ref))) : INFINITY;
       }
-      const float l = lse.data_as<float>()[h * c.len + row];
+      const float l = lse.data_as<float>()[h * lse_head_stride + row];
       if (!(std::abs(l - f32.lse_at(0, 0, 0)) <= 1e-3 + 1e-5 * std::abs(l))) r.ok = false;
       const double tol = 2 * err_low + noise + 1e-6;
       r.max_err = std::max(r.max_err, err);
@@ -232,8 +261,12 @@ struct Result {
   double max_err = 0, tolerance = 0, input_checksum = 0;
 };
 
+std::vector<Result> run_varlen_case(const AttnCase& c, const Stream& stream, uint32_t seed,
+                                    int warmup, int min_iters, double target_ms, int check);
+
 std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, uint32_t seed,
                                      int warmup, int min_iters, double target_ms, int check) {
+  if (c.varlen) return run_varlen_case(c, stream, seed, warmup, min_iters, target_ms, check);
   const Device dev = stream.backend() == Backend::kCuda ? stream.device() : Device::cpu();
   const std::vector<int64_t> qshape{c.batch, c.len, c.heads_q, c.head_dim};
   const std::vector<int64_t> kvshape{c.batch, c.len, c.heads_kv, c.head_dim};
@@ -264,7 +297,7 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
     copy_bytes(ho.data(), out.data(), o_bytes, stream);
     copy_bytes(hl.data(), out_lse.data(), lse_bytes, stream);
     stream.synchronize();
-    return check_rows(c, hq, hk, hv, ho, hl, check);
+    return check_rows(c, hq, hk, hv, ho, hl, c.len, check);
   };
 
   std::vector<Result> results;
@@ -319,13 +352,69 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
   return results;
 }
 
+// The varlen case: B packed sequences (varlen_lengths) through one forward_varlen call, timed;
+// sampled rows of the first sequence checked.
+std::vector<Result> run_varlen_case(const AttnCase& c, const Stream& stream, uint32_t seed,
+                                    int warmup, int min_iters, double target_ms, int check) {
+  const Device dev = stream.backend() == Backend::kCuda ? stream.device() : Device::cpu();
+  const std::vector<int64_t> lens = varlen_lengths(c);
+  std::vector<int32_t> cu{0};
+  int64_t longest = 0;
+  for (int64_t len : lens) {
+    cu.push_back(int32_t(cu.back() + len));
+    longest = std::max(longest, len);
+  }
+  const int64_t total = cu.back();
+  Tensor hq = make_input({1, total, c.heads_q, c.head_dim}, c.dtype, seed, 0);
+  Tensor hk = make_input({1, total, c.heads_kv, c.head_dim}, c.dtype, seed, 1);
+  Tensor hv = make_input({1, total, c.heads_kv, c.head_dim}, c.dtype, seed, 2);
+  auto on_device = [&](const void* data, const std::vector<int64_t>& shape, DType dtype) {
+    Tensor d = Tensor::empty(shape, dtype, dev);
+    copy_bytes(d.data(), data, size_t(d.view().numel()) * d.view().element_size(), stream);
+    return d;
+  };
+  const std::vector<int64_t> qshape{total, c.heads_q, c.head_dim};
+  const std::vector<int64_t> kvshape{total, c.heads_kv, c.head_dim};
+  Tensor q = on_device(hq.data(), qshape, c.dtype), k = on_device(hk.data(), kvshape, c.dtype),
+         v = on_device(hv.data(), kvshape, c.dtype);
+  Tensor cu_dev = on_device(cu.data(), {int64_t(cu.size())}, DType::kI32);
+  Tensor o = Tensor::empty(qshape, c.dtype, dev);
+  Tensor lse = Tensor::empty({c.heads_q, total}, DType::kF32, dev);
+  const size_t o_bytes = size_t(o.view().numel()) * o.view().element_size();
+  const size_t lse_bytes = size_t(lse.view().numel()) * 4;
+  fill_bytes(o.data(), 0xFF, o_bytes, stream);
+  fill_bytes(lse.data(), 0xFF, lse_bytes, stream);
+  const float scale = attn::default_softmax_scale(c.head_dim);
+  auto run = [&] {
+    attn::forward_varlen(q, k, v, cu_dev, cu_dev, longest, longest, c.causal, scale, o, lse,
+                         stream);
+  };
+  run();
+  Tensor ho = Tensor::empty({1, total, c.heads_q, c.head_dim}, c.dtype, Device::cpu());
+  Tensor hl = Tensor::empty({c.heads_q, total}, DType::kF32, Device::cpu());
+  stream.synchronize();
+  copy_bytes(ho.data(), o.data(), o_bytes, stream);
+  copy_bytes(hl.data(), lse.data(), lse_bytes, stream);
+  stream.synchronize();
+  AttnCase first = c;  // the first sequence, checked as a batch of one
+  first.len = lens[0];
+  const RowCheck rc = check_rows(first, hq.view().slice(1, 0, lens[0]), hk.view().slice(1, 0, lens[0]),
+                                 hv.view().slice(1, 0, lens[0]), ho.view().slice(1, 0, lens[0]),
+                                 hl.view(), total, check);
+  Result r{c, "tessera varlen", 0, 0, rc.ok, rc.max_err, rc.tolerance,
+           checksum(hq) + checksum(hk) + checksum(hv)};
+  r.median_us = time_us(stream, run, warmup, min_iters, target_ms);
+  r.tflops = flops(c) / (r.median_us * 1e-6) / 1e12;
+  return {r};
+}
+
 // Runs the anchor script and collects its "RESULT case impl median_us tflops ok checksum" lines.
 std::vector<Result> run_anchor(const std::string& command, const std::vector<AttnCase>& cases,
                                uint32_t seed, int warmup, int min_iters, double target_ms,
                                int check) {
   std::string names;
   for (const AttnCase& c : cases) {
-    if (c.fold > 0) continue;
+    if (c.fold > 0 || c.varlen) continue;
     names += (names.empty() ? "" : ",") + c.name;
   }
   std::vector<Result> out;
@@ -374,7 +463,7 @@ int run_bench_attn(const std::vector<std::string>& args, int, char**) {
       "bench attn",
       {
           {"cases", kDefaultCases,
-           "comma list of b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>]"},
+           "comma list of b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>][_varlen]"},
           {"seed", "1", "input generator seed (shared with the anchor)"},
           {"warmup", "3", "untimed calls per case"},
           {"min-iters", "10", "timed calls per case, at least"},

@@ -1,6 +1,7 @@
 // Variable-length attention (FlashAttention's varlen API): B sequences of different lengths
-// packed along one token axis, described by cumulative lengths. The float32 reference here is
-// what the model runtime's prefill and a future varlen kernel are checked against (cpu only).
+// packed along one token axis, described by cumulative lengths. forward_varlen runs it on a
+// stream (cpu: the float32 reference; cuda: the sm90 attention kernel, a CTA per (query tile,
+// head, sequence)); the reference is what both are checked against.
 //
 // Layouts (unit stride in D, any other strides):
 //   q [total_q, Hq, D]   k, v [total_k, Hkv, D]   Hq % Hkv == 0
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "tessera/attn/reference.h"
+#include "tessera/runtime/stream.h"
 
 namespace tessera::attn {
 
@@ -41,5 +43,20 @@ VarlenReferenceResult reference_attention_varlen(
     const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& cu_seqlens_q,
     const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal,
     float softmax_scale, ReferencePrecision precision = ReferencePrecision::kFloat32);
+
+// o [total_q, Hq, D] (q's dtype, unit stride in D) = attention of each sequence over its own
+// keys; lse f32 [Hq, total_q] (any strides) or an empty view (not written). Same layouts,
+// masks and empty-sequence rule as above.
+//   cpu stream: every tensor on the cpu; cu_seqlens are checked in full (as the reference).
+//   cuda stream: q, k, v, o, lse and cu_seqlens (contiguous i32) on the stream's device; bf16 or
+//   f16, head dim 64, 128 or 256, 16-byte aligned rows (the attention kernels' rules). The
+//   kernel reads cu_seqlens on the device, so the host checks their count, not their values
+//   (that would synchronize): entries outside [0, total] are clamped to it, and the rows of a
+//   sequence longer than max_seqlen_q past max_seqlen_q come out NaN. Neither allocates nor
+//   synchronizes; a CUDA graph may capture it.
+void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
+                    int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal, float softmax_scale,
+                    const TensorView& o, const TensorView& lse, const Stream& stream);
 
 }  // namespace tessera::attn

@@ -1,6 +1,6 @@
-// Tuning variants of the sm90 attention kernel for bf16, head dim 128, registered under names
-// that the TESSERA_ATTN_KERNEL parameter selects (scripts/attn_dev.sh times them; a variant
-// named "cand" also goes through the GPU tests there: register the next candidate under it).
+// Tuning variants of the sm90 attention kernel for head dim 128, registered under names that
+// the TESSERA_ATTN_KERNEL parameter selects (scripts/attn_dev.sh times them; a variant named
+// "cand" also goes through the GPU tests there: register the next candidate under it).
 // Compiled to nothing unless TESSERA_ATTN_DEV_VARIANTS is defined, so library and CI builds
 // pay nothing.
 #ifdef TESSERA_ATTN_DEV_VARIANTS
@@ -8,13 +8,10 @@
 
 namespace tessera::attn::kernels {
 namespace {
-// <kBlockN, kStages, consumer warp groups>
-template <int kBlockN, int kStages, int kWarpGroups>
-bool add(const char* name) {
-  using Traits = sm90::AttentionTraits<cutlass::bfloat16_t, 128, kBlockN, kStages, kWarpGroups>;
-  return register_attention_kernel(ElementType::kBF16, 128, &sm90::launch_attention<Traits>, name);
-}
-const bool kRegistered = add<128, 2, 2>("n128") && add<128, 3, 2>("s3");
+// "cand": fp16 on bf16's configuration (kBlockN 176), in place of fp16's kBlockN 128.
+using Cand = sm90::AttentionTraits<cutlass::half_t, 128, 176>;
+const bool kRegistered =
+    register_attention_kernel(ElementType::kF16, 128, &sm90::launch_attention<Cand>, "cand");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif

@@ -115,9 +115,9 @@ void cuda_check_supported(const TensorView& t, const char* what, bool is_qkv) {
     TESSERA_CHECK(t.dtype() == DType::kBF16 || t.dtype() == DType::kF16, ErrorCode::kUnsupported,
                   what, " has dtype ", dtype_name(t.dtype()),
                   ": the cuda attention kernels take bf16 or f16");
-    TESSERA_CHECK(t.size(3) == 64 || t.size(3) == 128, ErrorCode::kUnsupported, what, " = ",
-                  t.to_string(), " has head dim ", t.size(3),
-                  ": the cuda attention kernels take 64 or 128");
+    TESSERA_CHECK(t.size(3) == 64 || t.size(3) == 128 || t.size(3) == 256,
+                  ErrorCode::kUnsupported, what, " = ", t.to_string(), " has head dim ", t.size(3),
+                  ": the cuda attention kernels take 64, 128 or 256");
   }
   const auto address = reinterpret_cast<uintptr_t>(t.data());
   TESSERA_CHECK(address % 16 == 0, ErrorCode::kUnsupported, what, " = ", t.to_string(),
@@ -259,6 +259,64 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
     }
     flush();  // the next round folds after this one
   }
+}
+
+void cuda_attention_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
+                           int64_t max_seqlen_q, bool causal, float softmax_scale,
+                           const TensorView& o, const TensorView& lse, const Stream& stream) {
+  const int64_t batch = cu_seqlens_q.size(0) - 1, heads_q = q.size(2), head_dim = q.size(3);
+  if (batch == 0 || q.size(1) == 0 || max_seqlen_q == 0) return;
+  DeviceScope device_scope(stream.device().index);
+  if (k.size(1) == 0) {  // no key in any sequence: o = 0, lse = -inf
+    kernels::MergeDesc zero;
+    zero.batch = 1;
+    zero.len = q.size(1);
+    zero.heads = heads_q;
+    zero.head_dim = head_dim;
+    zero.out_o = to_rows(o);
+    zero.out_lse = to_lse(lse);
+    zero.cuda_stream = stream.cuda_stream();
+    kernels::launch_merge_rows(zero);
+    return;
+  }
+  static const std::string variant = kAttnKernelVariant.get();
+  kernels::AttentionLaunchFn launch =
+      kernels::find_attention_kernel(element_of(q.dtype()), int(head_dim), variant.c_str());
+  if (launch == nullptr && !variant.empty())
+    launch = kernels::find_attention_kernel(element_of(q.dtype()), int(head_dim), "");
+  TESSERA_CHECK(launch != nullptr, ErrorCode::kUnsupported, "no cuda attention kernel for ",
+                dtype_name(q.dtype()), " head dim ", head_dim,
+                " in this build (TESSERA_KERNEL_FILTER left it out?)");
+  LaunchDesc desc;
+  desc.element = element_of(q.dtype());
+  desc.head_dim = int(head_dim);
+  desc.batch = batch;
+  desc.heads_q = heads_q;
+  desc.heads_kv = k.size(2);
+  desc.softmax_scale = softmax_scale;
+  desc.cu_seqlens_q = cu_seqlens_q.data_as<const int32_t>();
+  desc.cu_seqlens_k = cu_seqlens_k.data_as<const int32_t>();
+  desc.max_seqlen_q = max_seqlen_q;
+  desc.num_jobs = 1;
+  desc.num_kv = 1;
+  kernels::JobLaunch& job = desc.jobs[0];
+  job.q = to_bshd(q);
+  job.o = o.data();
+  job.o_stride_l = o.stride(1);
+  job.o_stride_h = o.stride(2);
+  if (!lse.empty()) {
+    job.lse = lse.data_as<float>();
+    job.lse_stride_h = lse.stride(1);
+    job.lse_stride_l = lse.stride(2);
+  }
+  job.kv_begin = 0;
+  job.kv_end = 1;
+  desc.kv[0].k = to_bshd(k);
+  desc.kv[0].v = to_bshd(v);
+  desc.kv[0].mask = causal ? MaskSpec::causal_at(0, 0) : MaskSpec::none();  // aligned per sequence
+  desc.cuda_stream = stream.cuda_stream();
+  launch(desc);
 }
 
 void cuda_init_state(const AttnState& state, const Stream& stream) {
