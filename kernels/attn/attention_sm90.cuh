@@ -72,8 +72,11 @@ using namespace cute;
 
 // ---- Traits ---------------------------------------------------------------------------------
 
+// kFreshQDescriptors_: rebuild Q's WGMMA descriptors every KV block from an address the
+// compiler cannot see through. They are loop-invariant, and ptxas hoists all of them out of the
+// loop (two registers a k-step, 32 at D256), then spills them between the S GEMM's issues.
 template <class Element_, int kHeadDim_, int kBlockN_ = 128, int kStages_ = 2,
-          int kNumMmaWarpGroups_ = 2>
+          int kNumMmaWarpGroups_ = 2, bool kFreshQDescriptors_ = (kHeadDim_ == 256)>
 struct AttentionTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -81,6 +84,7 @@ struct AttentionTraits {
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;        // query rows per CTA
   static constexpr int kBlockN = kBlockN_;                      // keys per pipeline stage
   static constexpr int kStages = kStages_;
+  static constexpr bool kFreshQDescriptors = kFreshQDescriptors_;
   static constexpr int kNumThreads = 128 * (1 + kNumMmaWarpGroups);
   static constexpr int kNumConsumerThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumConsumerWarps = 4 * kNumMmaWarpGroups;
@@ -734,7 +738,16 @@ struct AttentionKernel {
         if (cur.need_mask()) set_limits(cur);
         mbar_wait<WaitPoint::kKFull>(&ss.k_full[ps.index], ps.phase);
         mbar_wait<WaitPoint::kVFull>(&ss.v_full[pv.index], pv.phase);
-        gemm_ss_zero(mma_qk, tSrQ, tSrK(_, _, _, ps.index), tSrS);
+        if constexpr (Traits::kFreshQDescriptors) {
+          uint32_t q_addr = smem_u32(ss.q.data());
+          asm volatile("" : "+r"(q_addr));
+          Tensor sQ_now = make_tensor(
+              make_smem_ptr(static_cast<Element*>(__cvta_shared_to_generic(q_addr))),
+              typename Traits::SmemLayoutQ{});
+          gemm_ss_zero(mma_qk, thr_qk.partition_fragment_A(sQ_now), tSrK(_, _, _, ps.index), tSrS);
+        } else {
+          gemm_ss_zero(mma_qk, tSrQ, tSrK(_, _, _, ps.index), tSrS);
+        }
         gemm_rs(mma_pv, tOrP, tOrVt(_, _, _, pv.index), tOrO);
         warpgroup_wait<1>();  // S done, PV may still run
         if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);

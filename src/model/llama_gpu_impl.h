@@ -34,16 +34,21 @@ struct LayerWeights {
   Tensor input_norm, wqkv, bqkv, wo, post_norm, wgu, wdown;
 };
 
-// One decoder layer's work over the rows of a step: prefills run attention per sequence,
-// decodes in runs of consecutive inputs (one row each) through the split-KV kernel.
+// One decoder layer's work over the rows of a step: prefills run attention by varlen launches
+// (one per run of prefills in adjacent rows), decodes in runs of consecutive inputs (one row
+// each) through the split-KV kernel.
 struct Prefill {
   int64_t first_row = 0, num_tokens = 0;
+  // Its run of prefills in adjacent rows: the run's first row, and the step_i32 offset of this
+  // prefill's entry in the run's cu_seqlens (rows counted from the run's first).
+  int64_t run_first_row = 0, cu_offset = 0;
 };
 struct DecodeRun {
   int64_t first_input = 0, count = 0, first_row = 0;
 };
 struct Step {
   int64_t tokens = 0, logit_rows = 0;
+  int64_t cu_entries = 0;  // cu_seqlens entries of every prefill run, at off_cu
   std::vector<Prefill> prefills;
   std::vector<DecodeRun> decodes;
   PackedBatch batch;  // the inputs as sequences of rows (what a strategy splits)
@@ -132,10 +137,11 @@ struct LlamaGpuModel::Impl {
   Tensor xr, rr, hr, logits, next;                          // [max_logit_rows, ...]
   Tensor partial_o, partial_lse;                            // split-KV workspace
   // Step inputs, i32: ids, positions, slots [max_tokens]; logit rows [max_logit_rows];
-  // seq_pos [max_batch]; page table [max_batch, pages_per_seq].
+  // seq_pos [max_batch]; page table [max_batch, pages_per_seq]; the prefill runs' cu_seqlens
+  // [2 max_batch] (a run of n prefills takes n + 1 entries).
   Tensor step_i32;
   std::vector<int32_t> staging;
-  int64_t off_pos = 0, off_slot = 0, off_rows = 0, off_seq = 0, off_table = 0;
+  int64_t off_pos = 0, off_slot = 0, off_rows = 0, off_seq = 0, off_table = 0, off_cu = 0;
 
   std::map<std::pair<int, int64_t>, std::unique_ptr<gemm::Gemm>> gemms;
 #ifdef TESSERA_WITH_CUDA

@@ -147,7 +147,8 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
   off_rows = 3 * t;
   off_seq = off_rows + r;
   off_table = off_seq + o.max_batch;
-  const int64_t total = off_table + o.max_batch * pages_per_seq;
+  off_cu = off_table + o.max_batch * pages_per_seq;
+  const int64_t total = off_cu + 2 * o.max_batch;
   step_i32 = Tensor::empty({total}, DType::kI32, device);
   staging.assign(size_t(total), 0);
   stream.synchronize();
@@ -285,6 +286,17 @@ Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows
   if (which == LogitRows::kAll) {
     for (int64_t r = 0; r < step.tokens; ++r) staging[size_t(off_rows + r)] = int32_t(r);
   }
+  // Prefill runs: each run's cu_seqlens counts rows from the run's first; a part of the run
+  // (a nano-batch) uses the entries from its first prefill's on, with the same base row.
+  for (size_t i = 0; i < step.prefills.size(); ++i) {
+    Prefill& p = step.prefills[i];
+    const bool continues = i > 0 && step.prefills[i - 1].first_row +
+                                            step.prefills[i - 1].num_tokens == p.first_row;
+    if (!continues) staging[size_t(off_cu + step.cu_entries++)] = 0;  // a new run
+    p.run_first_row = continues ? step.prefills[i - 1].run_first_row : p.first_row;
+    p.cu_offset = off_cu + step.cu_entries - 1;
+    staging[size_t(off_cu + step.cu_entries++)] = int32_t(p.first_row + p.num_tokens - p.run_first_row);
+  }
   return step;
 }
 
@@ -299,6 +311,7 @@ void LlamaGpuModel::Impl::upload_step(const Step& step, size_t inputs) {
   copy(off_rows, step.logit_rows);
   copy(off_seq, int64_t(inputs));
   copy(off_table, int64_t(inputs) * pages_per_seq);
+  copy(off_cu, step.cu_entries);
 }
 
 const decode::AttentionBlock* LlamaGpuModel::Impl::fused_block(int64_t batch) {

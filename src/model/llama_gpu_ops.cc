@@ -8,6 +8,7 @@
 
 #include "model/llama_gpu_impl.h"
 #include "tessera/attn/attention.h"
+#include "tessera/attn/varlen.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
 
@@ -125,22 +126,33 @@ void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const 
   }
 }
 
-// Attention of the part's rows: each prefill causal over its own rows, each run of decodes
-// through the split-KV kernel over the paged cache.
+// Attention of the part's rows: its prefills causal over their own rows, one varlen launch a
+// run of prefills in adjacent rows (every prompt starts at position 0, so its keys are its
+// rows); each run of decodes through the split-KV kernel over the paged cache.
 void LlamaGpuModel::Impl::attend(int64_t l, const Part& part, const Stream& on) {
   const int64_t d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
   const int64_t qw = shapes.q_width(), kvw = shapes.kv_width();
   const float scale = attn::default_softmax_scale(d);
-  for (const Prefill& p : part.prefills) {
-    auto seq = [&](int64_t column, int64_t count) {
-      return TensorView(qkv.data_as<uint16_t>() + p.first_row * qkv_width + column, opts.dtype,
-                        device, {1, p.num_tokens, count, d},
-                        {p.num_tokens * qkv_width, qkv_width, d, 1});
+  for (size_t i = 0; i < part.prefills.size();) {
+    const Prefill& first = part.prefills[i];
+    size_t end = i + 1;
+    int64_t longest = first.num_tokens;
+    for (; end < part.prefills.size() && part.prefills[end].run_first_row == first.run_first_row; ++end)
+      longest = std::max(longest, part.prefills[end].num_tokens);
+    // The packed tensors end with the part's last prefill of the run: a key tile past a
+    // sequence's end reads (masked) rows of the next one of this part, which this stream wrote,
+    // never rows another nano-batch's stream may be writing (past the extent TMA reads zeros).
+    const Prefill& last = part.prefills[end - 1];
+    const int64_t base = first.run_first_row, rows = last.first_row + last.num_tokens - base;
+    auto packed = [&](int64_t column, int64_t heads) {  // [rows, heads, d] of the run
+      return TensorView(qkv.data_as<uint16_t>() + base * qkv_width + column, opts.dtype, device,
+                        {rows, heads, d}, {qkv_width, d, 1});
     };
-    const TensorView o(attn.data_as<uint16_t>() + p.first_row * qw, opts.dtype, device,
-                       {1, p.num_tokens, hq, d});
-    attn::forward(seq(0, hq), seq(qw, hkv), seq(qw + kvw, hkv), o, TensorView{},
-                  attn::MaskSpec::causal_at(0, 0), scale, on);
+    const TensorView o(attn.data_as<uint16_t>() + base * qw, opts.dtype, device, {rows, hq, d});
+    const TensorView cu = i32_view(first.cu_offset, int64_t(end - i) + 1);
+    attn::forward_varlen(packed(0, hq), packed(qw, hkv), packed(qw + kvw, hkv), cu, cu, longest,
+                         longest, /*causal=*/true, scale, o, TensorView{}, on);
+    i = end;
   }
 #ifdef TESSERA_WITH_CUDA
   for (const DecodeRun& run : part.decodes) {

@@ -105,19 +105,25 @@ TEST_F(LlamaGpu, MixedBatchMatchesTheReference) {
   const DecoderConfig config = small_config();
   LlamaGpuModel mixed(config, random_llama_source(kSeed), small_options(), nullptr);
   LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
-  // A sequence in decode next to two new prompts of different lengths, in one forward.
-  std::vector<int32_t> a_prompt(20), b_prompt(5), c_prompt(33);
+  // A sequence in decode between new prompts of different lengths, in one forward: prompt b
+  // alone, prompts c and d adjacent (one varlen launch of two sequences).
+  std::vector<int32_t> a_prompt(20), b_prompt(5), c_prompt(33), d_prompt(70);
   for (size_t i = 0; i < a_prompt.size(); ++i) a_prompt[i] = int32_t(i * 7 % 512);
   for (size_t i = 0; i < b_prompt.size(); ++i) b_prompt[i] = int32_t(i * 11 % 512);
   for (size_t i = 0; i < c_prompt.size(); ++i) c_prompt[i] = int32_t(i * 13 % 512);
+  for (size_t i = 0; i < d_prompt.size(); ++i) d_prompt[i] = int32_t(i * 17 % 512);
   SequenceTokens ga{mixed.add_sequence(), a_prompt}, ra{ref.add_sequence(), a_prompt};
   mixed.forward(std::span(&ga, 1));
   ref.forward(std::span(&ra, 1));
   ga.tokens = ra.tokens = {42};
-  std::vector<SequenceTokens> g = {
-      {mixed.add_sequence(), b_prompt}, ga, {mixed.add_sequence(), c_prompt}};
-  std::vector<SequenceTokens> r = {
-      {ref.add_sequence(), b_prompt}, ra, {ref.add_sequence(), c_prompt}};
+  std::vector<SequenceTokens> g = {{mixed.add_sequence(), b_prompt},
+                                   ga,
+                                   {mixed.add_sequence(), c_prompt},
+                                   {mixed.add_sequence(), d_prompt}};
+  std::vector<SequenceTokens> r = {{ref.add_sequence(), b_prompt},
+                                   ra,
+                                   {ref.add_sequence(), c_prompt},
+                                   {ref.add_sequence(), d_prompt}};
   expect_close(mixed.forward(g, LogitRows::kAll), ref.forward(r), "mixed batch");
 }
 

@@ -52,8 +52,11 @@ VarlenReferenceResult reference_attention_varlen(
 //   f16, head dim 64, 128 or 256, 16-byte aligned rows (the attention kernels' rules). The
 //   kernel reads cu_seqlens on the device, so the host checks their count, not their values
 //   (that would synchronize): entries outside [0, total] are clamped to it, and the rows of a
-//   sequence longer than max_seqlen_q past max_seqlen_q come out NaN. Neither allocates nor
-//   synchronizes; a CUDA graph may capture it.
+//   sequence longer than max_seqlen_q past max_seqlen_q come out NaN. A key tile that runs past
+//   its sequence's end reads the next sequence's k/v rows and masks them (probability 0), so
+//   the packed k and v must be finite everywhere, as for FlashAttention's varlen: a NaN there
+//   can reach a neighbouring sequence's output (0 x NaN). Neither allocates nor synchronizes;
+//   a CUDA graph may capture it.
 void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& v,
                     const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
                     int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal, float softmax_scale,

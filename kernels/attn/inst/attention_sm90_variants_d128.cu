@@ -8,10 +8,11 @@
 
 namespace tessera::attn::kernels {
 namespace {
-// "cand": fp16 on bf16's configuration (kBlockN 176), in place of fp16's kBlockN 128.
-using Cand = sm90::AttentionTraits<cutlass::half_t, 128, 176>;
+// "cand": production's bf16 configuration with Q's descriptors rebuilt every block (16 -> 8
+// bytes of spills).
+using Cand = sm90::AttentionTraits<cutlass::bfloat16_t, 128, 176, 2, 2, true>;
 const bool kRegistered =
-    register_attention_kernel(ElementType::kF16, 128, &sm90::launch_attention<Cand>, "cand");
+    register_attention_kernel(ElementType::kBF16, 128, &sm90::launch_attention<Cand>, "cand");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif

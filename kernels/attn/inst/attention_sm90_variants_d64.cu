@@ -4,11 +4,10 @@
 
 namespace tessera::attn::kernels {
 namespace {
-// "cand": fp16 on bf16's configuration (three consumer warp groups, kBlockN 112), in place of
-// fp16's two warp groups with kBlockN 192.
-using Cand = sm90::AttentionTraits<cutlass::half_t, 64, 112, 2, 3>;
+// "cand": production's bf16 configuration with Q's descriptors rebuilt every block.
+using Cand = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, true>;
 const bool kRegistered =
-    register_attention_kernel(ElementType::kF16, 64, &sm90::launch_attention<Cand>, "cand");
+    register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<Cand>, "cand");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif
