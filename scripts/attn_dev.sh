@@ -119,7 +119,7 @@ run_bench() {
   # production kernel again (the run-to-run spread).
   if [ -z "${NO_VARIANTS:-}" ]; then
     # VARIANTS: head-dim:variant pairs ("prod": production again, the run-to-run spread).
-    for spec in ${VARIANTS:-d256:prod d256:hoisted d128:prod d128:cand d64:prod d64:cand}; do
+    for spec in ${VARIANTS:-d256:prod d256:hoisted d128:prod d128:hoisted d64:prod d64:fresh}; do
       local d=${spec%%:*} v=${spec#*:} cases_var=VARIANT_CASES_${spec%%:*}
       [ "$v" = prod ] && name="" || name=$v
       local default_cases="b1_h24_${d}_l16384,b1_h24_${d}_l16384_causal"

@@ -75,8 +75,10 @@ using namespace cute;
 // kFreshQDescriptors_: rebuild Q's WGMMA descriptors every KV block from an address the
 // compiler cannot see through. They are loop-invariant, and ptxas hoists all of them out of the
 // loop (two registers a k-step, 32 at D256), then spills them between the S GEMM's issues.
+// Measured on an H200 (docs/attention-kernels.md, run 6): D256 +7%, D128 -0.5% to +3.8%
+// (+1% typical), D64 -1%.
 template <class Element_, int kHeadDim_, int kBlockN_ = 128, int kStages_ = 2,
-          int kNumMmaWarpGroups_ = 2, bool kFreshQDescriptors_ = (kHeadDim_ == 256)>
+          int kNumMmaWarpGroups_ = 2, bool kFreshQDescriptors_ = (kHeadDim_ >= 128)>
 struct AttentionTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
