@@ -1,7 +1,9 @@
-// tessera.attention and tessera.reference_attention: local attention (attn/attention.h) on
-// arrays from any DLPack producer. q [B, Lq, Hq, D], k and v [B, Lkv, Hkv, D], Hq % Hkv == 0;
-// causal masking by positions q_start + i and kv_start + j. The cpu backend runs the float32
-// reference; cuda arrays run the Hopper kernels on the given stream handle (out required).
+// tessera.attention, tessera.attention_varlen and tessera.reference_attention: local attention
+// (attn/attention.h, attn/varlen.h) on arrays from any DLPack producer. q [B, Lq, Hq, D], k and
+// v [B, Lkv, Hkv, D], Hq % Hkv == 0; causal masking by positions q_start + i and kv_start + j.
+// Varlen: sequences packed along one token axis, q [total_q, Hq, D], k and v [total_k, Hkv, D],
+// int32 cu_seqlens [B + 1]. The cpu backend runs the float32 reference; cuda arrays run the
+// Hopper kernels on the given stream handle (out required).
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 
@@ -12,6 +14,7 @@
 #include "bindings.h"
 #include "tessera/attn/attention.h"
 #include "tessera/attn/reference.h"
+#include "tessera/attn/varlen.h"
 #include "tessera/core/error.h"
 
 namespace nb = nanobind;
@@ -105,6 +108,44 @@ std::pair<NumpyArray, NumpyArray> reference_attention(const InArray& q_arr, cons
   return {o, lse};
 }
 
+constexpr ArgSpec kPackedQ{"q", "[total_q, Hq, D]", 3};
+constexpr ArgSpec kPackedK{"k", "[total_k, Hkv, D]", 3};
+constexpr ArgSpec kPackedV{"v", "[total_k, Hkv, D]", 3};
+constexpr ArgSpec kCuSeqlensQ{"cu_seqlens_q", "[B + 1]", 1};
+constexpr ArgSpec kCuSeqlensK{"cu_seqlens_k", "[B + 1]", 1};
+constexpr ArgSpec kPackedOut{"out", "[total_q, Hq, D]", 3, true};
+
+nb::object attention_varlen(const InArray& q_arr, const InArray& k_arr, const InArray& v_arr,
+                            const InArray& cu_q_arr, const InArray& cu_k_arr, int64_t max_seqlen_q,
+                            int64_t max_seqlen_k, bool causal, std::optional<double> softmax_scale,
+                            nb::object out, bool return_lse, uint64_t stream_handle) {
+  const TensorView q = checked_view(q_arr, kPackedQ), k = checked_view(k_arr, kPackedK),
+                   v = checked_view(v_arr, kPackedV);
+  const TensorView cu_q = index_view(cu_q_arr, kCuSeqlensQ), cu_k = index_view(cu_k_arr, kCuSeqlensK);
+  for (const auto& [t, name] : {std::pair{k, "k"}, std::pair{v, "v"}, std::pair{cu_q, "cu_seqlens_q"},
+                                std::pair{cu_k, "cu_seqlens_k"}})
+    check_same_device(t, name, q, "q");
+  const float scale = softmax_scale ? float(*softmax_scale) : attn::default_softmax_scale(q.size(2));
+  const Output o = output_argument(out, kPackedOut, q, "q", {q.size(0), q.size(1), q.size(2)},
+                                   q.dtype(), str("q's shape ", shape_string(q)), "q's");
+  NumpyArray lse_arr;
+  TensorView lse;
+  if (return_lse) {
+    TESSERA_CHECK_ARG(!q.device().is_cuda(), "return_lse: True with q on ", q.device().to_string(),
+                      ": expected False (cpu only for now)");
+    lse_arr = new_numpy_array(DType::kF32, {q.size(1), q.size(0)});
+    lse = view_of(lse_arr, DType::kF32);
+  }
+  const Stream stream = stream_for(stream_handle, q.device());
+  {
+    nb::gil_scoped_release released;
+    attn::forward_varlen(q, k, v, cu_q, cu_k, max_seqlen_q, max_seqlen_k, causal, scale, o.view,
+                         lse, stream);
+  }
+  if (return_lse) return nb::make_tuple(o.object, nb::cast(lse_arr));
+  return o.object;
+}
+
 }  // namespace
 
 void bind_attention(nb::module_& m) {
@@ -120,6 +161,21 @@ void bind_attention(nb::module_& m) {
         "and with return_lse also the float32 log-sum-exp [B, Hq, Lq] (cpu only). stream: a "
         "cudaStream_t as an int for cuda arrays (None: the current stream of q's framework, "
         "torch or CuPy), 0 on cpu.");
+  m.def("attention_varlen", attention_varlen, nb::arg("q"), nb::arg("k"), nb::arg("v"),
+        nb::arg("cu_seqlens_q"), nb::arg("cu_seqlens_k"), nb::arg("max_seqlen_q"),
+        nb::arg("max_seqlen_k"), nb::kw_only(), nb::arg("causal") = false,
+        nb::arg("softmax_scale") = nb::none(), nb::arg("out") = nb::none(),
+        nb::arg("return_lse") = false, nb::arg("stream") = 0,
+        "Attention of B sequences of different lengths packed along one token axis "
+        "(FlashAttention's varlen API).\n\n"
+        "q [total_q, Hq, D], k and v [total_k, Hkv, D]; sequence b owns rows cu_seqlens_q[b] .. "
+        "cu_seqlens_q[b + 1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b + 1] of k and v (int32 "
+        "[B + 1], on q's device) and attends within itself; max_seqlen_q / max_seqlen_k bound "
+        "the lengths. causal aligns bottom-right (query i sees key j when j <= i + Lk - Lq). "
+        "dtypes, out, stream as in attention; with return_lse also the float32 log-sum-exp "
+        "[Hq, total_q] (cpu only). On a GPU the kernel reads cu_seqlens on the device: their "
+        "values are not checked (out-of-range entries are clamped, rows past max_seqlen_q come "
+        "out NaN), and k, v must be finite everywhere.");
   m.def("reference_attention", reference_attention, nb::arg("q"), nb::arg("k"), nb::arg("v"),
         nb::kw_only(), nb::arg("causal") = false, nb::arg("softmax_scale") = nb::none(),
         nb::arg("q_start") = 0, nb::arg("kv_start") = 0,

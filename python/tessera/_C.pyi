@@ -44,6 +44,34 @@ def attention(
     on a GPU and runs on stream 0 unless told.
     """
 
+def attention_varlen(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    cu_seqlens_q: ArrayLike,
+    cu_seqlens_k: ArrayLike,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    *,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    out: Optional[ArrayLike] = None,
+    return_lse: bool = False,
+    stream: int = 0,
+) -> Any:
+    """Attention of B sequences of different lengths packed along one token axis
+    (FlashAttention's varlen API).
+
+    q [total_q, Hq, D], k and v [total_k, Hkv, D]; sequence b owns rows cu_seqlens_q[b] ..
+    cu_seqlens_q[b + 1] of q and cu_seqlens_k[b] .. cu_seqlens_k[b + 1] of k and v (int32
+    [B + 1], on q's device) and attends within itself; max_seqlen_q / max_seqlen_k bound the
+    lengths. causal aligns bottom-right (query i sees key j when j <= i + Lk - Lq). dtypes, out,
+    stream as in attention; with return_lse=True the tuple (out, lse float32 [Hq, total_q])
+    (cpu only). On a GPU the kernel reads cu_seqlens on the device: their values are not
+    checked (out-of-range entries are clamped, rows past max_seqlen_q come out NaN), and k, v
+    must be finite everywhere.
+    """
+
 def reference_attention(
     q: ArrayLike,
     k: ArrayLike,

@@ -64,6 +64,24 @@ def attention(q, k, v, *, out=None, stream=None, return_lse=False, **kwargs):
 
 
 attention.__doc__ = _C.attention.__doc__
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                     out=None, stream=None, return_lse=False, **kwargs):
+    if out is None:
+        out = _new_output(q)
+    if stream is None:
+        stream = _default_stream(q)
+    result = _C.attention_varlen(_exported(q), _exported(k), _exported(v),
+                                 _exported(cu_seqlens_q), _exported(cu_seqlens_k), max_seqlen_q,
+                                 max_seqlen_k, out=_exported(out), stream=stream,
+                                 return_lse=return_lse, **kwargs)
+    if out is not None:
+        result = (out, result[1]) if return_lse else out
+    return _like_input(q, result)
+
+
+attention_varlen.__doc__ = _C.attention_varlen.__doc__
 info = _C.info
 
 __version__: str = _C.info()["version"]
@@ -82,6 +100,7 @@ __all__ = [
     "TimeoutError",
     "UnsupportedError",
     "attention",
+    "attention_varlen",
     "cuda_context",
     "decode",
     "info",

@@ -90,3 +90,43 @@ def test_reference_attention_is_the_float32_reference(rng):
     np.testing.assert_allclose(lse, ref_lse, atol=F32_TOL, rtol=0)
     # The cpu backend's forward is that reference.
     np.testing.assert_array_equal(tessera.attention(q, k, v, causal=True, q_start=5), o)
+
+
+def _packed(rng, lens, heads, head_dim):
+    total = sum(lens)
+    x = rng.standard_normal((total, heads, head_dim)).astype(np.float32)
+    cu = np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+    return x, cu
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_matches_each_sequence(rng, causal):
+    # Lengths 0 and 1 among others, queries fewer and more than keys (causal: bottom-right).
+    lens_q, lens_k = [5, 0, 1, 7, 3], [5, 4, 1, 2, 9]
+    q, cu_q = _packed(rng, lens_q, 4, 16)
+    k, cu_k = _packed(rng, lens_k, 2, 16)
+    v, _ = _packed(rng, lens_k, 2, 16)
+    o, lse = tessera.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k),
+                                      causal=causal, return_lse=True)
+    assert o.shape == q.shape and lse.shape == (4, sum(lens_q))
+    for b, (lq, lk) in enumerate(zip(lens_q, lens_k)):
+        if lq == 0:
+            continue
+        rows = slice(cu_q[b], cu_q[b + 1])
+        keys = slice(cu_k[b], cu_k[b + 1])
+        ref_o, ref_lse = attention_f64(q[None, rows], k[None, keys], v[None, keys], causal=causal,
+                                       q_start=lk - lq, kv_start=0)
+        np.testing.assert_allclose(o[rows], ref_o[0], atol=F32_TOL, rtol=0)
+        seen = np.isfinite(ref_lse[0])
+        np.testing.assert_array_equal(np.isfinite(lse[:, rows]), seen)
+        np.testing.assert_allclose(lse[:, rows][seen], ref_lse[0][seen], atol=F32_TOL, rtol=0)
+
+
+def test_varlen_refuses_bad_cu_seqlens_by_name(rng):
+    q, cu = _packed(rng, [3, 4], 2, 8)
+    with pytest.raises(tessera.Error, match="cu_seqlens_k: dtype int64: expected int32"):
+        tessera.attention_varlen(q, q, q, cu, cu.astype(np.int64), 4, 4)
+    with pytest.raises(tessera.Error, match=r"cu_seqlens_q\[2\] = 6: expected 7"):
+        tessera.attention_varlen(q, q, q, np.array([0, 3, 6], np.int32), cu, 4, 4)
+    with pytest.raises(tessera.Error, match="expected <= max_seqlen_q = 3"):
+        tessera.attention_varlen(q, q, q, cu, cu, 3, 4)

@@ -1,5 +1,6 @@
 """Tessera on a GPU from PyTorch: local attention against torch's SDPA on torch's current stream
-and on a named one, outputs from torch's allocator; sequence-parallel attention on a world of
+and on a named one, outputs from torch's allocator, packed sequences (varlen) against SDPA per
+sequence; sequence-parallel attention on a world of
 one (tessera.cuda_context) for every method; the tensor-parallel operations there against
 torch's matmul; the fused decode block against the NumPy block; local and sequence-parallel
 attention captured in torch.cuda.graph and replayed with new inputs; the Llama model runtime
@@ -7,6 +8,7 @@ on cuda against the NumPy Llama; diffusers' Flux and CogVideoX with Tessera's at
 diffusers' own. Skipped without torch, a GPU or a cuda build (CI has none; the GPU machine runs
 it: scripts/gpu_python.sh)."""
 
+import itertools
 import json
 
 import numpy as np
@@ -70,6 +72,25 @@ def test_out_and_stream_given():
     assert tessera.attention(q, k, v, out=out, stream=stream.cuda_stream) is out
     stream.synchronize()
     assert_fa3_close(out, q, k, v, False, "out and stream given")
+
+
+@pytest.mark.parametrize("head_dim", [128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_varlen_matches_sdpa_per_sequence(head_dim, causal):
+    lens = [300, 1, 77, 0, 129]
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device=DEVICE)
+    total = sum(lens)
+    q = randn(total, 8, head_dim, seed=7)
+    k, v = randn(total, 2, head_dim, seed=8), randn(total, 2, head_dim, seed=9)
+    o = tessera.attention_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=causal)
+    torch.cuda.synchronize()
+    assert o.shape == q.shape and o.dtype == q.dtype
+    for b, n in enumerate(lens):
+        if n == 0:
+            continue
+        rows = slice(int(cu[b]), int(cu[b + 1]))
+        assert_fa3_close(o[None, rows], q[None, rows], k[None, rows], v[None, rows], causal,
+                         f"varlen D{head_dim} causal={causal} sequence {b}")
 
 
 def test_bad_cuda_input_names_the_argument():
