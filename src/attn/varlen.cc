@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "attn/attention_backend.h"
+#include "attn/varlen_checks.h"
 #include "tessera/attn/varlen.h"
 #include "tessera/core/error.h"
 
@@ -85,15 +86,7 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
 #ifdef TESSERA_WITH_CUDA
   TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
                     "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
-  TESSERA_CHECK_ARG(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "k / v have dtypes ",
-                    dtype_name(k.dtype()), " / ", dtype_name(v.dtype()), ": expected ",
-                    dtype_name(q.dtype()), " (q's)");
-  TESSERA_CHECK_ARG(v.size(0) == k.size(0) && v.size(1) == k.size(1) && v.size(2) == k.size(2),
-                    "v = ", v.to_string(), ": expected the shape of k = ", k.to_string());
-  TESSERA_CHECK_ARG(k.size(2) == q.size(2), "k = ", k.to_string(), " has head dim ", k.size(2),
-                    ": expected ", q.size(2), " (q's)");
-  TESSERA_CHECK_ARG(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, "k = ", k.to_string(), " has ",
-                    k.size(1), " heads: expected a divisor of q's ", q.size(1));
+  detail::check_packed_operands(q, k, v);
   TESSERA_CHECK_ARG(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "cu_seqlens_k has ",
                     cu_seqlens_k.size(0), " entries: expected ", cu_seqlens_q.size(0),
                     " like cu_seqlens_q (B + 1)");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attn/varlen_checks.h"
 #include "tessera/core/error.h"
 
 namespace tessera::attn {
@@ -64,15 +65,8 @@ TensorView sequence_view(const TensorView& t, int64_t start, int64_t len) {
 
 }  // namespace
 
-VarlenReferenceResult reference_attention_varlen(
-    const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& cu_seqlens_q,
-    const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal,
-    float softmax_scale, ReferencePrecision precision) {
-  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
-                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
-  check_packed(q, "q");
-  check_packed(k, "k");
-  check_packed(v, "v");
+namespace detail {
+void check_packed_operands(const TensorView& q, const TensorView& k, const TensorView& v) {
   TESSERA_CHECK_ARG(k.dtype() == q.dtype() && v.dtype() == q.dtype(), "k / v have dtypes ",
                     dtype_name(k.dtype()), " / ", dtype_name(v.dtype()), ": expected ",
                     dtype_name(q.dtype()), " (q's)");
@@ -82,6 +76,19 @@ VarlenReferenceResult reference_attention_varlen(
                     ": expected ", q.size(2), " (q's)");
   TESSERA_CHECK_ARG(k.size(1) >= 1 && q.size(1) % k.size(1) == 0, "k = ", k.to_string(), " has ",
                     k.size(1), " heads: expected a divisor of q's ", q.size(1));
+}
+}  // namespace detail
+
+VarlenReferenceResult reference_attention_varlen(
+    const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& cu_seqlens_q,
+    const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal,
+    float softmax_scale, ReferencePrecision precision) {
+  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
+                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
+  check_packed(q, "q");
+  check_packed(k, "k");
+  check_packed(v, "v");
+  detail::check_packed_operands(q, k, v);
   TESSERA_CHECK_ARG(max_seqlen_q >= 0, "max_seqlen_q = ", max_seqlen_q, ": expected >= 0");
   TESSERA_CHECK_ARG(max_seqlen_k >= 0, "max_seqlen_k = ", max_seqlen_k, ": expected >= 0");
   const std::vector<int64_t> cu_q = read_cu_seqlens(

@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tessera/attn/attention.h"
@@ -76,6 +77,14 @@ class AttnGpu : public ::testing::Test {
                Tensor::empty(shape, dtype, Device::cuda(0))};
     std::memset(m.host.data(), 0xFF, m.bytes());
     fill_bytes(m.device.data(), 0xFF, m.bytes(), stream_);
+    return m;
+  }
+  Mirrored i32s(const std::vector<int32_t>& values) {
+    const int64_t n = int64_t(values.size());
+    Mirrored m{Tensor::empty({n}, DType::kI32, Device::cpu()),
+               Tensor::empty({n}, DType::kI32, Device::cuda(0))};
+    std::memcpy(m.host.data(), values.data(), m.bytes());
+    upload(m);
     return m;
   }
   void upload(const Mirrored& m) {
@@ -613,14 +622,7 @@ TEST_F(AttnGpu, VarlenMatchesReferenceAndEachSequenceAlone) {
     cu_k.push_back(cu_k.back() + lens_k[size_t(b)]);
   }
   const int64_t total_q = cu_q.back(), total_k = cu_k.back();
-  Mirrored cuq{Tensor::empty({batch + 1}, DType::kI32, Device::cpu()),
-               Tensor::empty({batch + 1}, DType::kI32, Device::cuda(0))};
-  Mirrored cuk{Tensor::empty({batch + 1}, DType::kI32, Device::cpu()),
-               Tensor::empty({batch + 1}, DType::kI32, Device::cuda(0))};
-  std::memcpy(cuq.host.data(), cu_q.data(), cuq.bytes());
-  std::memcpy(cuk.host.data(), cu_k.data(), cuk.bytes());
-  upload(cuq);
-  upload(cuk);
+  const Mirrored cuq = i32s(cu_q), cuk = i32s(cu_k);
   uint32_t seed = 1200;
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (int64_t d : {64, 128, 256}) {
@@ -630,12 +632,16 @@ TEST_F(AttnGpu, VarlenMatchesReferenceAndEachSequenceAlone) {
       const float scale = default_softmax_scale(d);
       for (bool causal : {false, true}) {
         const std::string what = str(dtype_name(dtype), " D", d, causal ? " causal" : "");
-        Mirrored o = poisoned({total_q, hq, d}, dtype);
-        Mirrored lse = poisoned({hq, total_q}, DType::kF32);
-        forward_varlen(q.d(), k.d(), v.d(), cuq.d(), cuk.d(), 300, 300, causal, scale, o.d(),
-                       lse.d(), stream_);
-        download(o);
-        download(lse);
+        auto call = [&] {  // o and lse on the host, from poisoned buffers
+          std::pair<Mirrored, Mirrored> out{poisoned({total_q, hq, d}, dtype),
+                                            poisoned({hq, total_q}, DType::kF32)};
+          forward_varlen(q.d(), k.d(), v.d(), cuq.d(), cuk.d(), 300, 300, causal, scale,
+                         out.first.d(), out.second.d(), stream_);
+          download(out.first);
+          download(out.second);
+          return out;
+        };
+        const auto [o, lse] = call();
         for (int64_t b = 0; b < batch; ++b) {
           const int64_t q0 = cu_q[size_t(b)], lq = lens_q[size_t(b)];
           const int64_t k0 = cu_k[size_t(b)], lk = lens_k[size_t(b)];
@@ -671,12 +677,7 @@ TEST_F(AttnGpu, VarlenMatchesReferenceAndEachSequenceAlone) {
                   << e << " alone";
             }
         }
-        Mirrored o2 = poisoned({total_q, hq, d}, dtype);
-        Mirrored lse2 = poisoned({hq, total_q}, DType::kF32);
-        forward_varlen(q.d(), k.d(), v.d(), cuq.d(), cuk.d(), 300, 300, causal, scale, o2.d(),
-                       lse2.d(), stream_);
-        download(o2);
-        download(lse2);
+        const auto [o2, lse2] = call();
         EXPECT_EQ(std::memcmp(o.host.data(), o2.host.data(), o.bytes()), 0) << what << ": second call";
         EXPECT_EQ(std::memcmp(lse.host.data(), lse2.host.data(), lse.bytes()), 0)
             << what << ": second call's lse";
@@ -691,11 +692,7 @@ TEST_F(AttnGpu, VarlenMatchesReferenceAndEachSequenceAlone) {
 TEST_F(AttnGpu, VarlenRowsPastMaxSeqlenAreNaN) {
   const int64_t h = 2, d = 128, total = 300;
   Mirrored q = random({total, h, d}, DType::kBF16, 1300);
-  Mirrored cu{Tensor::empty({3}, DType::kI32, Device::cpu()),
-              Tensor::empty({3}, DType::kI32, Device::cuda(0))};
-  const int32_t entries[3] = {0, 100, 300};
-  std::memcpy(cu.host.data(), entries, sizeof entries);
-  upload(cu);
+  const Mirrored cu = i32s({0, 100, 300});
   Mirrored right = poisoned({total, h, d}, DType::kBF16);
   Mirrored short_bound = poisoned({total, h, d}, DType::kBF16);
   forward_varlen(q.d(), q.d(), q.d(), cu.d(), cu.d(), 200, 200, false, 0.1f, right.d(),
@@ -706,11 +703,7 @@ TEST_F(AttnGpu, VarlenRowsPastMaxSeqlenAreNaN) {
   download(short_bound);
   // cu_seqlens past the packed tensors' end (400 of 300 rows): clamped, o's buffer past its
   // view untouched.
-  const int32_t beyond[3] = {0, 100, 400};
-  Mirrored cu_beyond{Tensor::empty({3}, DType::kI32, Device::cpu()),
-                     Tensor::empty({3}, DType::kI32, Device::cuda(0))};
-  std::memcpy(cu_beyond.host.data(), beyond, sizeof beyond);
-  upload(cu_beyond);
+  const Mirrored cu_beyond = i32s({0, 100, 400});
   Mirrored big = poisoned({total + 100, h, d}, DType::kBF16);
   forward_varlen(q.d(), q.d(), q.d(), cu_beyond.d(), cu_beyond.d(), 300, 300, false, 0.1f,
                  big.d(0, 0, total), TensorView(), stream_);
