@@ -35,13 +35,6 @@ void check_cu_seqlens_on(const TensorView& cu, const Stream& stream, const char*
                     " (the stream's device)");
 }
 
-#ifdef TESSERA_WITH_CUDA
-// A packed [total, H, D] view as the batch [1, total, H, D].
-TensorView as_batch(const TensorView& t) {
-  return TensorView(t.data(), t.dtype(), t.device(), {1, t.size(0), t.size(1), t.size(2)},
-                    {t.size(0) * t.stride(0), t.stride(0), t.stride(1), t.stride(2)});
-}
-#endif
 
 }  // namespace
 
@@ -95,7 +88,8 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
   TESSERA_CHECK_ARG(q.size(0) < (int64_t(1) << 31) && k.size(0) < (int64_t(1) << 31),
                     "q = ", q.to_string(), ", k = ", k.to_string(),
                     ": expected fewer than 2^31 tokens (cu_seqlens are i32)");
-  const TensorView q4 = as_batch(q), k4 = as_batch(k), v4 = as_batch(v), o4 = as_batch(o);
+  const TensorView q4 = packed_rows(q, 0, q.size(0)), k4 = packed_rows(k, 0, k.size(0)),
+                   v4 = packed_rows(v, 0, v.size(0)), o4 = packed_rows(o, 0, o.size(0));
   for (const auto& [t, name] : {std::pair{q4, "q"}, std::pair{k4, "k"}, std::pair{v4, "v"}})
     detail::cuda_check_supported(t, name, true);
   detail::cuda_check_supported(o4, "o", false);

@@ -3,6 +3,7 @@
 // aligned bottom-right, and scatter its rows into the packed result.
 #include "tessera/attn/varlen.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -56,14 +57,14 @@ std::vector<int64_t> read_cu_seqlens(const TensorView& cu, int64_t total, int64_
   return out;
 }
 
-// Rows [start, start + len) of a packed [total, H, D] view as a [1, len, H, D] batch.
-TensorView sequence_view(const TensorView& t, int64_t start, int64_t len) {
-  const TensorView s = t.slice(0, start, len);
-  return TensorView(s.data(), s.dtype(), s.device(), {1, len, t.size(1), t.size(2)},
-                    {len * t.stride(0), t.stride(0), t.stride(1), t.stride(2)});
-}
-
 }  // namespace
+
+TensorView packed_rows(const TensorView& packed, int64_t start, int64_t len) {
+  const TensorView s = packed.slice(0, start, len);
+  return TensorView(s.data(), s.dtype(), s.device(), {1, len, packed.size(1), packed.size(2)},
+                    {std::max<int64_t>(len, 1) * packed.stride(0), packed.stride(0),
+                     packed.stride(1), packed.stride(2)});
+}
 
 namespace detail {
 void check_packed_operands(const TensorView& q, const TensorView& k, const TensorView& v) {
@@ -109,9 +110,9 @@ VarlenReferenceResult reference_attention_varlen(
     const int64_t k0 = cu_k[b], lk = cu_k[b + 1] - k0;
     if (lq == 0) continue;
     const MaskSpec mask = causal ? MaskSpec::causal_at(lk - lq, 0) : MaskSpec::none();
-    const KvChunk chunk{sequence_view(k, k0, lk), sequence_view(v, k0, lk), mask};
+    const KvChunk chunk{packed_rows(k, k0, lk), packed_rows(v, k0, lk), mask};
     const ReferenceResult s = reference_attention(
-        sequence_view(q, q0, lq), std::span<const KvChunk>(&chunk, 1), softmax_scale, precision);
+        packed_rows(q, q0, lq), std::span<const KvChunk>(&chunk, 1), softmax_scale, precision);
     for (int64_t i = 0; i < lq; ++i)
       for (int64_t h = 0; h < r.heads; ++h) {
         for (int64_t d = 0; d < r.head_dim; ++d)

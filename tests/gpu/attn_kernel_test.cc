@@ -599,13 +599,6 @@ TEST_F(AttnGpu, LongerSequenceSampledRows) {
   }
 }
 
-// A packed [total, H, D] tensor's rows [start, start + len) as a [1, len, H, D] batch.
-TensorView sequence_rows(const TensorView& t, int64_t start, int64_t len) {
-  const TensorView s = t.slice(0, start, len);
-  return TensorView(s.data(), s.dtype(), s.device(), {1, len, t.size(1), t.size(2)},
-                    {std::max<int64_t>(len, 1) * t.stride(0), t.stride(0), t.stride(1), t.stride(2)});
-}
-
 // Varlen: sequences of different lengths (an empty one, one shorter than a tile, one longer
 // than two tiles, queries fewer than keys) packed in one call, against the float32 reference of
 // each sequence with the usual rule, and bitwise against each sequence run alone by forward()
@@ -648,23 +641,23 @@ TEST_F(AttnGpu, VarlenMatchesReferenceAndEachSequenceAlone) {
           if (lq == 0) continue;
           const MaskSpec mask = causal ? MaskSpec::causal_at(lk - lq, 0) : MaskSpec::none();
           // o rows and lse columns of this sequence, as [1, lq, Hq, D] and [1, Hq, lq].
-          const TensorView o_b = sequence_rows(o.h(), q0, lq);
+          const TensorView o_b = packed_rows(o.h(), q0, lq);
           const TensorView l = lse.h().slice(1, q0, lq);
           const TensorView lse_b(l.data(), DType::kF32, l.device(), {1, hq, lq},
                                  {hq * total_q, l.stride(0), l.stride(1)});
-          const KvChunk chunk{sequence_rows(k.h(), k0, lk), sequence_rows(v.h(), k0, lk), mask};
+          const KvChunk chunk{packed_rows(k.h(), k0, lk), packed_rows(v.h(), k0, lk), mask};
           const ReferenceResult f32 = reference_attention(
-              sequence_rows(q.h(), q0, lq), std::span<const KvChunk>(&chunk, 1), scale);
+              packed_rows(q.h(), q0, lq), std::span<const KvChunk>(&chunk, 1), scale);
           const ReferenceResult low =
-              reference_attention(sequence_rows(q.h(), q0, lq), std::span<const KvChunk>(&chunk, 1),
+              reference_attention(packed_rows(q.h(), q0, lq), std::span<const KvChunk>(&chunk, 1),
                                   scale, ReferencePrecision::kInputRounding);
           expect_within(compare(o_b, lse_b, f32), tolerance_for(f32, low, dtype),
                         str(what, " sequence ", b));
           // The same sequence alone.
           Mirrored o1 = poisoned({1, lq, hq, d}, dtype);
           Mirrored l1 = poisoned({1, hq, lq}, DType::kF32);
-          forward(sequence_rows(q.d(), q0, lq), sequence_rows(k.d(), k0, lk),
-                  sequence_rows(v.d(), k0, lk), o1.d(), l1.d(), mask, scale, stream_);
+          forward(packed_rows(q.d(), q0, lq), packed_rows(k.d(), k0, lk),
+                  packed_rows(v.d(), k0, lk), o1.d(), l1.d(), mask, scale, stream_);
           download(o1);
           download(l1);
           EXPECT_EQ(std::memcmp(o_b.data(), o1.host.data(), o1.bytes()), 0)

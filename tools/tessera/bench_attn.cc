@@ -408,16 +408,11 @@ std::vector<Result> run_varlen_case(const AttnCase& c, const Stream& stream, uin
   r.tflops = flops(c) / (r.median_us * 1e-6) / 1e12;
   // The same sequences, one forward() each (what a caller without varlen does): the launch
   // count and the short sequences' partial waves are what varlen saves.
-  auto rows = [&](const Tensor& t, int64_t start, int64_t len) {
-    const TensorView s = t.view().slice(0, start, len);
-    return TensorView(s.data(), s.dtype(), s.device(), {1, len, s.size(1), s.size(2)},
-                      {std::max<int64_t>(len, 1) * s.stride(0), s.stride(0), s.stride(1), s.stride(2)});
-  };
   auto each = [&] {
     for (size_t b = 0; b < lens.size(); ++b) {
       const MaskSpec mask = c.causal ? MaskSpec::causal_at(0, 0) : MaskSpec::none();
-      attn::forward(rows(q, cu[b], lens[b]), rows(k, cu[b], lens[b]), rows(v, cu[b], lens[b]),
-                    rows(o, cu[b], lens[b]), TensorView(), mask, scale, stream);
+      auto rows = [&](const Tensor& t) { return attn::packed_rows(t, cu[b], lens[b]); };
+      attn::forward(rows(q), rows(k), rows(v), rows(o), TensorView(), mask, scale, stream);
     }
   };
   // Checked: bitwise varlen's output (the same tiles; attn GPU tests hold the kernel to it).

@@ -25,6 +25,10 @@
 
 namespace tessera::attn {
 
+// Rows [start, start + len) of a packed [total, H, D] tensor as the batch [1, len, H, D] (a view:
+// what one sequence of a varlen batch is to the batched entries of attention.h).
+TensorView packed_rows(const TensorView& packed, int64_t start, int64_t len);
+
 struct VarlenReferenceResult {
   int64_t total_q = 0, heads = 0, head_dim = 0;
   std::vector<float> o;    // [total_q, Hq, D] contiguous, normalized

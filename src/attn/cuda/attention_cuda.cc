@@ -108,6 +108,35 @@ kernels::LseTensor to_lse(const TensorView& t) {
   return {t.data_as<const float>(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
+// The launcher registered for (dtype, head dim): the TESSERA_ATTN_KERNEL variant where one is
+// registered for it, production otherwise.
+kernels::AttentionLaunchFn launcher_for(DType dtype, int64_t head_dim) {
+  static const std::string variant = kAttnKernelVariant.get();  // read once: no hot-path allocation
+  kernels::AttentionLaunchFn launch =
+      kernels::find_attention_kernel(element_of(dtype), int(head_dim), variant.c_str());
+  // A tuning variant registered for some (dtype, head dim) only: the rest run production.
+  if (launch == nullptr && !variant.empty())
+    launch = kernels::find_attention_kernel(element_of(dtype), int(head_dim), "");
+  TESSERA_CHECK(launch != nullptr, ErrorCode::kUnsupported, "no cuda attention kernel for ",
+                dtype_name(dtype), " head dim ", head_dim,
+                " in this build (TESSERA_KERNEL_FILTER left it out?)");
+  return launch;
+}
+
+// o [B, L, H, D] = 0 and lse (may be empty) = -inf: the rows that see no key (the merge kernel
+// over zero partials).
+void write_no_key(const TensorView& o, const TensorView& lse, const Stream& stream) {
+  kernels::MergeDesc zero;
+  zero.batch = o.size(0);
+  zero.len = o.size(1);
+  zero.heads = o.size(2);
+  zero.head_dim = o.size(3);
+  zero.out_o = to_rows(o);
+  zero.out_lse = to_lse(lse);
+  zero.cuda_stream = stream.cuda_stream();
+  kernels::launch_merge_rows(zero);
+}
+
 }  // namespace
 
 void cuda_check_supported(const TensorView& t, const char* what, bool is_qkv) {
@@ -140,15 +169,7 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
   if (batch == 0 || heads_q == 0) return;
   DeviceScope device_scope(stream.device().index);
   const ElementType element = element_of(q0.dtype());
-  static const std::string variant = kAttnKernelVariant.get();  // read once: no hot-path allocation
-  kernels::AttentionLaunchFn launch =
-      kernels::find_attention_kernel(element, int(head_dim), variant.c_str());
-  // A tuning variant registered for some (dtype, head dim) only: the rest run production.
-  if (launch == nullptr && !variant.empty())
-    launch = kernels::find_attention_kernel(element, int(head_dim), "");
-  TESSERA_CHECK(launch != nullptr, ErrorCode::kUnsupported, "no cuda attention kernel for ",
-                dtype_name(q0.dtype()), " head dim ", head_dim,
-                " in this build (TESSERA_KERNEL_FILTER left it out?)");
+  const kernels::AttentionLaunchFn launch = launcher_for(q0.dtype(), head_dim);
 
   // Every job's non-empty chunks, cut into pieces of at most kMaxChunksPerLaunch.
   struct Piece {
@@ -176,15 +197,7 @@ void cuda_attention(std::span<const AttentionJob> jobs, bool accumulate, float s
         cuda_init_state(AttnState{job.o, job.lse}, stream);
       } else if (!accumulate || job.fresh) {
         // No key at all: o = 0 (forward's o, or final_o of a fresh job), lse = -inf.
-        kernels::MergeDesc zero;
-        zero.batch = batch;
-        zero.len = job.q.size(1);
-        zero.heads = heads_q;
-        zero.head_dim = head_dim;
-        zero.out_o = to_rows(final_out ? job.final_o : job.o);
-        zero.out_lse = to_lse(job.lse);
-        zero.cuda_stream = stream.cuda_stream();
-        kernels::launch_merge_rows(zero);
+        write_no_key(final_out ? job.final_o : job.o, job.lse, stream);
       }
       continue;
     }
@@ -269,25 +282,10 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   if (batch == 0 || q.size(1) == 0 || max_seqlen_q == 0) return;
   DeviceScope device_scope(stream.device().index);
   if (k.size(1) == 0) {  // no key in any sequence: o = 0, lse = -inf
-    kernels::MergeDesc zero;
-    zero.batch = 1;
-    zero.len = q.size(1);
-    zero.heads = heads_q;
-    zero.head_dim = head_dim;
-    zero.out_o = to_rows(o);
-    zero.out_lse = to_lse(lse);
-    zero.cuda_stream = stream.cuda_stream();
-    kernels::launch_merge_rows(zero);
+    write_no_key(o, lse, stream);
     return;
   }
-  static const std::string variant = kAttnKernelVariant.get();
-  kernels::AttentionLaunchFn launch =
-      kernels::find_attention_kernel(element_of(q.dtype()), int(head_dim), variant.c_str());
-  if (launch == nullptr && !variant.empty())
-    launch = kernels::find_attention_kernel(element_of(q.dtype()), int(head_dim), "");
-  TESSERA_CHECK(launch != nullptr, ErrorCode::kUnsupported, "no cuda attention kernel for ",
-                dtype_name(q.dtype()), " head dim ", head_dim,
-                " in this build (TESSERA_KERNEL_FILTER left it out?)");
+  const kernels::AttentionLaunchFn launch = launcher_for(q.dtype(), head_dim);
   LaunchDesc desc;
   desc.element = element_of(q.dtype());
   desc.head_dim = int(head_dim);
