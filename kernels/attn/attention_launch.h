@@ -13,7 +13,8 @@
 
 namespace tessera::attn::kernels {
 
-enum class ElementType : int { kBF16 = 0, kF16 = 1 };
+// kE4M3: FP8 inputs (forward only), bf16 output.
+enum class ElementType : int { kBF16 = 0, kF16 = 1, kE4M3 = 2 };
 
 // A [B, L, H, D] tensor: base pointer and element strides of B, L and H (D's is 1).
 struct Bshd {
@@ -24,6 +25,8 @@ struct Bshd {
 
 struct KvLaunchChunk {
   Bshd k, v;  // same len and strides layout rules; k.len == v.len
+  // FP8: v is V's transposed copy (launch_fp8_transpose_v), [B, Hkv, D, v.len] with keys
+  // contiguous; v.stride_l is then the stride of D and v.len the padded key count.
   MaskSpec mask;
 };
 
@@ -54,6 +57,10 @@ struct LaunchDesc {
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
   int64_t max_seqlen_q = 0;
+  // FP8: per-head descales, device f32 [Hq], [Hkv], [Hkv] (fp8.h); nullptr otherwise.
+  const float* descale_q = nullptr;
+  const float* descale_k = nullptr;
+  const float* descale_v = nullptr;
   JobLaunch jobs[kMaxJobsPerLaunch];
   KvLaunchChunk kv[kMaxChunksPerLaunch];
   void* cuda_stream = nullptr;
@@ -69,6 +76,23 @@ bool register_attention_kernel(ElementType element, int head_dim, AttentionLaunc
                                const char* variant = "");
 AttentionLaunchFn find_attention_kernel(ElementType element, int head_dim,
                                         const char* variant = "");
+
+// ---- FP8: V's transposed copy (src/attn/cuda/attention_fp8_vt.cu) ---------------------------
+
+// The FP8 PV product reads P straight from the S accumulator's registers, so slot s (0..31) of
+// each 32-key K step multiplies key fp8_pv_key_of_slot(s) of that group (the derivation is at
+// the kernel's convert_p_fp8): V's transposed copy holds its keys in this order.
+constexpr int fp8_pv_key_of_slot(int s) {
+  return 16 * (s / 16) + 8 * ((s % 4) / 2) + 2 * ((s % 16) / 4) + s % 2;
+}
+
+// Keys of the transposed copy: L rounded up to whole 128-key tiles (zeros past L).
+constexpr int64_t fp8_vt_len(int64_t len) { return (len + 127) / 128 * 128; }
+
+// vt [B, H, D, fp8_vt_len(L)] (contiguous, keys permuted by fp8_pv_key_of_slot within each
+// group of 32, zeros past L) = V [B, L, H, D] e4m3 (Bshd strides), D 128 or 256.
+void launch_fp8_transpose_v(const Bshd& v, int64_t batch, int64_t heads, int head_dim, void* vt,
+                            void* cuda_stream);
 
 // ---- merge / finalize / init_state (kernels/attn/attention_rows.cu) ----------------------
 

@@ -46,6 +46,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -72,21 +73,57 @@ using namespace cute;
 
 // ---- Traits ---------------------------------------------------------------------------------
 
+template <class Element>
+inline constexpr bool kIsFp8 = cute::is_same_v<Element, cutlass::float_e4m3_t>;
+
+// The PV product's atom: V^T is read D-contiguous (MN-major) for 16-bit inputs; FP8 WGMMA takes
+// K-major operands only, so FP8 reads the transposed copy of V (fp8_transpose_v), keys
+// contiguous.
+template <class Element, int kHeadDim, int kBlockN>
+constexpr auto pv_mma_atom() {
+  using Tile = Shape<_64, Int<kHeadDim>, Int<kBlockN>>;
+  if constexpr (kIsFp8<Element>)
+    return GMMA::rs_op_selector<Element, Element, float, Tile, GMMA::Major::K, GMMA::Major::K>();
+  else
+    return GMMA::rs_op_selector<Element, Element, float, Tile, GMMA::Major::K, GMMA::Major::MN>();
+}
+
+// V^T's shared-memory layout, shape (D, kBlockN) or (D, kBlockN, stages). 16-bit: D contiguous,
+// panels of 64 D-columns holding all kBlockN keys, so one TMA box (64, kBlockN) fills one panel.
+// FP8: keys contiguous (as K's tile, with D as the rows).
+template <class Element, class TileShape>
+constexpr auto vt_smem_layout() {
+  if constexpr (kIsFp8<Element>)
+    return tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{}, TileShape{});
+  else if constexpr (rank_v<TileShape> == 2)
+    return tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, TileShape{}, Step<_2, _1>{});
+  else
+    return tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{}, TileShape{}, Step<_2, _1, _3>{});
+}
+
 // kFreshQDescriptors_: rebuild Q's WGMMA descriptors every KV block from an address the
 // compiler cannot see through. They are loop-invariant, and ptxas hoists all of them out of the
 // loop (two registers a k-step, 32 at D256), then spills them between the S GEMM's issues.
 // Measured on an H200 (docs/attention-kernels.md, run 6): D256 +7%, D128 -0.5% to +3.8%
 // (+1% typical), D64 -1%.
+// kPingPong_: the consumer warp groups take turns issuing their GEMMs (FlashAttention-3's
+// warp-group ping-pong), so one group's softmax runs while the other's GEMMs hold the tensor
+// cores instead of both softmaxes contending for the exponential unit at once.
 template <class Element_, int kHeadDim_, int kBlockN_ = 128, int kStages_ = 2,
-          int kNumMmaWarpGroups_ = 2, bool kFreshQDescriptors_ = (kHeadDim_ >= 128)>
+          int kNumMmaWarpGroups_ = 2, bool kFreshQDescriptors_ = (kHeadDim_ >= 128),
+          bool kPingPong_ = false>
 struct AttentionTraits {
   using Element = Element_;
+  static constexpr bool kFp8 = kIsFp8<Element_>;
+  // What o (and final_o) are written in: the input type, bf16 for FP8 inputs.
+  using OutElement = cute::conditional_t<kFp8, cutlass::bfloat16_t, Element_>;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kNumMmaWarpGroups = kNumMmaWarpGroups_;  // consumers, 64 rows each
   static constexpr int kBlockM = 64 * kNumMmaWarpGroups;        // query rows per CTA
   static constexpr int kBlockN = kBlockN_;                      // keys per pipeline stage
   static constexpr int kStages = kStages_;
   static constexpr bool kFreshQDescriptors = kFreshQDescriptors_;
+  static constexpr bool kPingPong = kPingPong_;
   static constexpr int kNumThreads = 128 * (1 + kNumMmaWarpGroups);
   static constexpr int kNumConsumerThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumConsumerWarps = 4 * kNumMmaWarpGroups;
@@ -100,8 +137,10 @@ struct AttentionTraits {
       kNumMmaWarpGroups > 2 ? 160 : ((kBlockN_ > 128 || kHeadDim_ == 256) ? 240 : 232);
 
   static_assert(cute::is_same_v<Element, cutlass::bfloat16_t> ||
-                cute::is_same_v<Element, cutlass::half_t>);
+                cute::is_same_v<Element, cutlass::half_t> || kFp8);
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256, "head dim 64, 128 or 256");
+  static_assert(!kFp8 || (kHeadDim >= 128 && kBlockN_ % 128 == 0),
+                "FP8: 128-byte rows of Q, K (D >= 128) and of V^T (kBlockN 128 or 256)");
   static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
                 "kBlockN: WGMMA N and K steps");
   static_assert(kStages >= 2, "at least double buffering");
@@ -115,11 +154,9 @@ struct AttentionTraits {
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
       WarpGroupLayout{}));
-  // P comes from registers (K-major by construction); V^T is read from a D-contiguous tile.
-  using TiledMmaPV = decltype(make_tiled_mma(
-      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
-                           GMMA::Major::K, GMMA::Major::MN>(),
-      WarpGroupLayout{}));
+  // P comes from registers (K-major by construction); V^T as vt_smem_layout says.
+  using TiledMmaPV = decltype(make_tiled_mma(pv_mma_atom<Element, kHeadDim, kBlockN>(),
+                                             WarpGroupLayout{}));
 
   // Q [kBlockM, D] and K [kBlockN, D] tiles: D contiguous, 128-byte swizzle, 64-column panels.
   using SmemLayoutQ = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
@@ -128,13 +165,11 @@ struct AttentionTraits {
                                                  Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutK = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
                                              Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
-  // V^T [D, kBlockN]: D contiguous (MN-major for the PV product); panels of 64 D-columns
-  // holding all kBlockN keys, so one TMA box (64, kBlockN) fills one panel.
-  using SmemLayoutVtTile = decltype(tile_to_shape(
-      GMMA::Layout_MN_SW128_Atom<Element>{}, Shape<Int<kHeadDim>, Int<kBlockN>>{}, Step<_2, _1>{}));
-  using SmemLayoutVt = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                              Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
-                                              Step<_2, _1, _3>{}));
+  // V^T [D, kBlockN] (vt_smem_layout).
+  using SmemLayoutVtTile =
+      decltype(vt_smem_layout<Element, Shape<Int<kHeadDim>, Int<kBlockN>>>());
+  using SmemLayoutVt =
+      decltype(vt_smem_layout<Element, Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>>());
 
   static constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kKVBytes = kBlockN * kHeadDim * sizeof(Element);  // one K or V tile
@@ -161,12 +196,20 @@ auto make_tma_k(const typename Traits::Element* data, int len, int heads, int ba
   return make_tma_copy(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutKTile{});
 }
 
+// FP8 reads the transposed copy [B, Hkv, D, len] (keys contiguous): stride_l is then the
+// stride of D.
 template <class Traits>
 auto make_tma_vt(const typename Traits::Element* data, int len, int heads, int batch,
                  int64_t stride_l, int64_t stride_h, int64_t stride_b) {
-  auto g = make_tensor(make_gmem_ptr(data), make_shape(Int<Traits::kHeadDim>{}, len, heads, batch),
-                       StrideDLHB{_1{}, stride_l, stride_h, stride_b});
-  return make_tma_copy(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutVtTile{});
+  if constexpr (Traits::kFp8) {
+    auto g = make_tensor(make_gmem_ptr(data), make_shape(Int<Traits::kHeadDim>{}, len, heads, batch),
+                         Stride<int64_t, _1, int64_t, int64_t>{stride_l, _1{}, stride_h, stride_b});
+    return make_tma_copy(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutVtTile{});
+  } else {
+    auto g = make_tensor(make_gmem_ptr(data), make_shape(Int<Traits::kHeadDim>{}, len, heads, batch),
+                         StrideDLHB{_1{}, stride_l, stride_h, stride_b});
+    return make_tma_copy(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutVtTile{});
+  }
 }
 
 // ---- Params -------------------------------------------------------------------------------
@@ -218,6 +261,11 @@ struct AttentionParams {
   const int* cu_k = nullptr;
   float scale_log2 = 0;                                 // softmax_scale * log2(e)
   int accumulate = 0;
+  // FP8: per-head descales (device, [Hq], [Hkv], [Hkv]); the scores scale by descale_q *
+  // descale_k, the output by descale_v. nullptr for 16-bit inputs.
+  const float* descale_q = nullptr;
+  const float* descale_k = nullptr;
+  const float* descale_v = nullptr;
 };
 
 // ---- Device helpers -------------------------------------------------------------------------
@@ -299,6 +347,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Ping-pong turns between consumer warp groups: group g waits on named barrier kTurnBarrier + g
+// (its 128 threads sync, the previous group's 128 arrive) and passes the turn to the next.
+constexpr int kTurnBarrier = 1;  // barrier 0 is __syncthreads
+
+__device__ __forceinline__ void turn_wait(int wg) {
+  asm volatile("bar.sync %0, 256;" ::"r"(kTurnBarrier + wg) : "memory");
+}
+
+template <int kGroups>
+__device__ __forceinline__ void turn_pass(int wg) {
+  asm volatile("bar.arrive %0, 256;" ::"r"(kTurnBarrier + (wg + 1) % kGroups) : "memory");
+}
+
 template <class Element>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   uint32_t bits;
@@ -310,6 +371,13 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     memcpy(&bits, &v, 4);
   }
   return bits;
+}
+
+// Four floats as e4m3 bytes, a in the lowest (nearest even, saturating; P is in [0, 1]).
+__device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float d) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
 }
 
 struct PipeState {
@@ -434,6 +502,7 @@ struct KvCursor {
 template <class Traits, bool kVarlen>
 struct AttentionKernel {
   using Element = typename Traits::Element;
+  using OutElement = typename Traits::OutElement;
   using Params = AttentionParams<Traits>;
   using Storage = SharedStorage<Traits>;
   static constexpr int kBlockM = Traits::kBlockM;
@@ -624,6 +693,30 @@ struct AttentionKernel {
     }
   }
 
+  // FP8: S -> P as e4m3 bytes in the A-operand layout of a 32-key K step, without moving values
+  // between threads. A thread's A register (r, h) of step kk holds four adjacent slots
+  // 16h + 4(lane % 4) + {0..3}; it gets the thread's own accumulator columns 8v + {0, 1} for
+  // v = 4kk + 2h and 4kk + 2h + 1. So slot s of a 32-key group multiplies key
+  // kernels::fp8_pv_key_of_slot(s), and fp8_transpose_v lays V's rows out in that order.
+  template <class TensorS, class TensorP>
+  __device__ static void convert_p_fp8(const TensorS& s, TensorP& p) {
+    uint32_t* p32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(p.data()));
+    CUTE_UNROLL
+    for (int kk = 0; kk < kBlockN / 32; ++kk) {
+      CUTE_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        CUTE_UNROLL
+        for (int r = 0; r < 2; ++r) {
+          const int idx = p.layout()(make_coord(make_coord(0, r, h), 0, kk));
+          const int v = 4 * kk + 2 * h;
+          p32[idx / 4] = pack4_e4m3(s(make_coord(0, r, v), 0, 0), s(make_coord(1, r, v), 0, 0),
+                                    s(make_coord(0, r, v + 1), 0, 0),
+                                    s(make_coord(1, r, v + 1), 0, 0));
+        }
+      }
+    }
+  }
+
   __device__ static void consume(const Params& p, const KvParams* kvs, Storage& ss,
                                  const TileInfo& t, int ctid) {
     const JobParams& job = p.jobs[t.job];
@@ -665,10 +758,18 @@ struct AttentionKernel {
                       decltype(size<1>(tSrS))::value == 1 && decltype(size<2>(tSrS))::value == 1,
                   "S accumulator: ((2 cols, 2 rows, N/8 col groups), 1, 1) per thread");
     static_assert(decltype(size<0, 2>(tOrO))::value == kHeadDim / 8, "O accumulator layout");
-    static_assert(
-        decltype(size<0>(tOrP))::value == 8 && decltype(size<2>(tOrP))::value == kBlockN / 16,
-        "P operand: ((2,2,2), 1, N/16) per thread");
-    static_assert(decltype(stride<0, 0>(tOrP))::value == 1, "P column pairs adjacent");
+    if constexpr (Traits::kFp8) {
+      static_assert(decltype(size<0, 0>(tOrP))::value == 4 &&
+                        decltype(size<0, 1>(tOrP))::value == 2 &&
+                        decltype(size<0, 2>(tOrP))::value == 2 &&
+                        decltype(size<2>(tOrP))::value == kBlockN / 32,
+                    "P operand (FP8): ((4,2,2), 1, N/32) per thread");
+    } else {
+      static_assert(
+          decltype(size<0>(tOrP))::value == 8 && decltype(size<2>(tOrP))::value == kBlockN / 16,
+          "P operand: ((2,2,2), 1, N/16) per thread");
+    }
+    static_assert(decltype(stride<0, 0>(tOrP))::value == 1, "P's adjacent slots adjacent");
 
     // Running state per row: max in log2 units, this thread's part of the row sum.
     float row_max[2], row_sum[2];
@@ -697,8 +798,12 @@ struct AttentionKernel {
       row_sum[0] = row_sum[1] = 0.0f;
     }
 
+    // FP8: the per-head descales (the scores' and the output's).
+    float out_scale = 1.0f;
+    if constexpr (Traits::kFp8) out_scale = p.descale_v[t.hkv];
     if (cur.valid()) {
-      const float scale_log2 = p.scale_log2;
+      float scale_log2 = p.scale_log2;
+      if constexpr (Traits::kFp8) scale_log2 *= p.descale_q[t.h] * p.descale_k[t.hkv];
       float correction[2];
       int limit[2];
       auto set_limits = [&](const KvCursor<kBlockN>& c) {
@@ -711,6 +816,13 @@ struct AttentionKernel {
       };
       // Mask limits of a block are computed before its S GEMM is issued, while no S
       // accumulator is live (the 64-bit divisions cost ~60 registers at the softmax).
+      auto to_p = [](const auto& s_acc, auto& p_op) {
+        if constexpr (Traits::kFp8) {
+          convert_p_fp8(s_acc, p_op);
+        } else {
+          convert_p(s_acc, p_op);
+        }
+      };
       auto softmax = [&](const KvCursor<kBlockN>& c) {
         if (c.need_mask()) {
           softmax_block<true>(tSrS, row_max, row_sum, correction, scale_log2, col0, limit);
@@ -724,12 +836,20 @@ struct AttentionKernel {
       // First block: S only.
       if (cur.need_mask()) set_limits(cur);
       mbar_wait<WaitPoint::kKFull>(&ss.k_full[ps.index], ps.phase);
+      constexpr int kGroups = Traits::kNumMmaWarpGroups;
+      // Ping-pong: every group takes one turn a GEMM issue point, group 0 first (it does not
+      // wait for its first turn, and waits once more at the end for the last group's last pass,
+      // so every barrier's arrivals and syncs pair up before the CTA exits).
+      if constexpr (Traits::kPingPong) {
+        if (wg != 0) turn_wait(wg);
+      }
       gemm_ss_zero(mma_qk, tSrQ, tSrK(_, _, _, ps.index), tSrS);
+      if constexpr (Traits::kPingPong) turn_pass<kGroups>(wg);
       warpgroup_wait<0>();
       if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);
       softmax(cur);
       rescale(tOrO, correction);
-      convert_p(tSrS, tOrP);
+      to_p(tSrS, tOrP);
       PipeState pv = ps;
       ps.template advance<kStages>();
       cur.advance(kvs);
@@ -740,6 +860,7 @@ struct AttentionKernel {
         if (cur.need_mask()) set_limits(cur);
         mbar_wait<WaitPoint::kKFull>(&ss.k_full[ps.index], ps.phase);
         mbar_wait<WaitPoint::kVFull>(&ss.v_full[pv.index], pv.phase);
+        if constexpr (Traits::kPingPong) turn_wait(wg);
         if constexpr (Traits::kFreshQDescriptors) {
           uint32_t q_addr = smem_u32(ss.q.data());
           asm volatile("" : "+r"(q_addr));
@@ -751,23 +872,29 @@ struct AttentionKernel {
           gemm_ss_zero(mma_qk, tSrQ, tSrK(_, _, _, ps.index), tSrS);
         }
         gemm_rs(mma_pv, tOrP, tOrVt(_, _, _, pv.index), tOrO);
+        if constexpr (Traits::kPingPong) turn_pass<kGroups>(wg);
         warpgroup_wait<1>();  // S done, PV may still run
         if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);
         softmax(cur);
         warpgroup_wait<0>();  // PV done
         if (lane == 0) mbar_arrive(&ss.v_empty[pv.index]);
         rescale(tOrO, correction);
-        convert_p(tSrS, tOrP);
+        to_p(tSrS, tOrP);
         pv = ps;
         ps.template advance<kStages>();
       }
       // Last block: PV only.
       mbar_wait<WaitPoint::kVFull>(&ss.v_full[pv.index], pv.phase);
+      if constexpr (Traits::kPingPong) turn_wait(wg);
       gemm_rs(mma_pv, tOrP, tOrVt(_, _, _, pv.index), tOrO);
+      if constexpr (Traits::kPingPong) {
+        turn_pass<kGroups>(wg);
+        if (wg == 0) turn_wait(wg);
+      }
       warpgroup_wait<0>();
       if (lane == 0) mbar_arrive(&ss.v_empty[pv.index]);
     }
-    epilogue(p, job, t, tOrO, row_max, row_sum, row_in_tile, col0, lane);
+    epilogue(p, job, t, tOrO, row_max, row_sum, row_in_tile, col0, lane, out_scale);
     if constexpr (kVarlen) {
       if (t.m_block == job.num_m_blocks - 1) poison_unreached_rows(job, t, ctid);
     }
@@ -780,7 +907,8 @@ struct AttentionKernel {
     for (int64_t i = ctid; i < int64_t(t.lq - first) * kHeadDim; i += Traits::kNumConsumerThreads) {
       const int64_t row = t.q_offset + first + i / kHeadDim;
       const int d = int(i % kHeadDim);
-      static_cast<Element*>(job.o)[row * job.o_stride_l + t.h * job.o_stride_h + d] = Element(NAN);
+      static_cast<OutElement*>(job.o)[row * job.o_stride_l + t.h * job.o_stride_h + d] =
+          OutElement(NAN);
       if (d == 0 && job.lse != nullptr) job.lse[t.h * job.lse_stride_h + row * job.lse_stride_l] = NAN;
     }
   }
@@ -798,13 +926,13 @@ struct AttentionKernel {
           job.lse[t.b * job.lse_stride_b + t.h * job.lse_stride_h + row * job.lse_stride_l];
       const float* orow = static_cast<const float*>(job.o) + t.b * job.o_stride_b +
                           row * job.o_stride_l + t.h * job.o_stride_h;
-      Element* out = static_cast<Element*>(job.final_o) + t.b * job.final_o_stride_b +
+      OutElement* out = static_cast<OutElement*>(job.final_o) + t.b * job.final_o_stride_b +
                      row * job.final_o_stride_l + t.h * job.final_o_stride_h;
       CUTE_UNROLL
       for (int v = 0; v < kHeadDim / 8; ++v) {
         float2 x = make_float2(0.0f, 0.0f);
         if (lse != -INFINITY) x = *reinterpret_cast<const float2*>(orow + col0 + 8 * v);
-        *reinterpret_cast<uint32_t*>(out + col0 + 8 * v) = pack2<Element>(x.x, x.y);
+        *reinterpret_cast<uint32_t*>(out + col0 + 8 * v) = pack2<OutElement>(x.x, x.y);
       }
     }
   }
@@ -812,13 +940,14 @@ struct AttentionKernel {
   template <class TensorO>
   __device__ static void epilogue(const Params& p, const JobParams& job, const TileInfo& t,
                                   TensorO& o, const float (&row_max)[2], const float (&row_sum)[2],
-                                  const int (&row_in_tile)[2], int col0, int lane) {
+                                  const int (&row_in_tile)[2], int col0, int lane,
+                                  float out_scale) {
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
       float sum = row_sum[r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float inv = sum > 0.0f ? out_scale / sum : 0.0f;
       const float lse = sum > 0.0f ? (row_max[r] + __log2f(sum)) * kLn2 : -INFINITY;
       if (t.row_begin + row_in_tile[r] >= t.lq) continue;
       const int64_t row = t.q_offset + t.row_begin + row_in_tile[r];  // in the tensors
@@ -833,14 +962,14 @@ struct AttentionKernel {
       } else {
         // Forward's o, or the state's last fold writing its final output (same values as
         // writing the f32 state and finalizing it: O * inv, rounded to nearest).
-        Element* orow = p.accumulate
-                            ? static_cast<Element*>(job.final_o) + t.b * job.final_o_stride_b +
-                                  row * job.final_o_stride_l + t.h * job.final_o_stride_h
-                            : static_cast<Element*>(job.o) + t.b_mem * job.o_stride_b +
-                                  row * job.o_stride_l + t.h * job.o_stride_h;
+        OutElement* orow =
+            p.accumulate ? static_cast<OutElement*>(job.final_o) + t.b * job.final_o_stride_b +
+                               row * job.final_o_stride_l + t.h * job.final_o_stride_h
+                         : static_cast<OutElement*>(job.o) + t.b_mem * job.o_stride_b +
+                               row * job.o_stride_l + t.h * job.o_stride_h;
         CUTE_UNROLL
         for (int v = 0; v < kHeadDim / 8; ++v) {
-          *reinterpret_cast<uint32_t*>(orow + col0 + 8 * v) = pack2<Element>(
+          *reinterpret_cast<uint32_t*>(orow + col0 + 8 * v) = pack2<OutElement>(
               o(make_coord(0, r, v), 0, 0) * inv, o(make_coord(1, r, v), 0, 0) * inv);
         }
       }
@@ -929,6 +1058,13 @@ void launch_attention(const LaunchDesc& d) {
   p.accumulate = d.accumulate ? 1 : 0;
   p.num_jobs = d.num_jobs;
   const bool varlen = d.cu_seqlens_q != nullptr;
+  if constexpr (Traits::kFp8) {
+    TESSERA_CHECK(!varlen && !d.accumulate && d.descale_q && d.descale_k && d.descale_v,
+                  ErrorCode::kInternal, "attention launch: FP8 takes forward with descales");
+    p.descale_q = d.descale_q;
+    p.descale_k = d.descale_k;
+    p.descale_v = d.descale_v;
+  }
   TESSERA_CHECK(!varlen || (d.num_jobs == 1 && d.num_kv == 1 && !d.accumulate),
                 ErrorCode::kInternal, "attention launch: varlen takes one forward job and chunk");
   p.cu_q = d.cu_seqlens_q;

@@ -5,6 +5,7 @@
 #include <span>
 
 #include "tessera/attn/attention.h"
+#include "tessera/attn/fp8.h"
 
 namespace tessera::attn::detail {
 
@@ -36,6 +37,11 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
                            const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
                            int64_t max_seqlen_q, bool causal, float softmax_scale,
                            const TensorView& o, const TensorView& lse, const Stream& stream);
+// forward_fp8 (fp8.h) on validated tensors; workspace holds fp8_workspace_bytes.
+void cuda_attention_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const Fp8DescaleTensors& descales, const MaskSpec& mask,
+                        float softmax_scale, const TensorView& o, const TensorView& lse,
+                        const TensorView& workspace, const Stream& stream);
 // o, lse = merge(partials); lse may be empty. Zero partials write o = 0, lse = -inf.
 void cuda_merge(std::span<const Partial> partials, const TensorView& o, const TensorView& lse,
                 const Stream& stream);

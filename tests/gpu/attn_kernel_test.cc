@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tessera/attn/attention.h"
+#include "tessera/attn/fp8.h"
 #include "tessera/attn/reference.h"
 #include "tessera/attn/varlen.h"
 #include "tessera/core/buffer.h"
@@ -772,6 +773,136 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
               ErrorCode::kUnsupported, "final_o");
   EXPECT_FALSE(final_output_supported(o_odd, stream_));
   EXPECT_TRUE(final_output_supported(o.d(), stream_));
+}
+
+// FP8: bf16 inputs with heads of very different magnitudes, quantized per head on the host,
+// through forward_fp8 on the GPU, against reference_attention_fp8 (the same fp8 inputs
+// dequantized, float32). The kernel rounds P to e4m3 (relative step 2^-4) before the PV product,
+// so O may differ from the reference by about that much of |V|; a wrong key order in V's
+// transposed copy, a wrong descale or a lost block would cost O(|V|). lse comes from unrounded
+// probabilities but from scores the FP8 tensor cores accumulate with fewer mantissa bits than
+// float32 (about 14, DeepSeek-V3's report, 3.3.2): 5e-4 relative seen, 2e-3 allowed. Odd lengths (V's copy padded past its end), several KV
+// blocks, GQA 2:1, causal bottom-right, B 2; then a second call bitwise like the first.
+TEST_F(AttnGpu, Fp8ForwardMatchesTheFp8Reference) {
+  const int64_t D = 128;
+  struct Fp8Case {
+    int64_t b, lq, lkv, hq, hkv;
+    bool causal;
+  };
+  for (const Fp8Case& c : {Fp8Case{2, 200, 333, 4, 2, false}, Fp8Case{1, 130, 1000, 2, 2, true},
+                           Fp8Case{1, 1, 1, 1, 1, false}, Fp8Case{2, 257, 129, 2, 1, true}}) {
+    const std::string what = str("B", c.b, " Lq", c.lq, " Lkv", c.lkv, " H", c.hq, ":", c.hkv,
+                                 c.causal ? " causal" : "");
+    // bf16 inputs, head h scaled by 4^h (per-head scales matter), then quantized per head.
+    auto quantized = [&](int64_t len, int64_t heads, uint32_t seed, std::vector<float>& descales) {
+      Mirrored x = random({c.b, len, heads, D}, DType::kBF16, seed);
+      for (int64_t i = 0; i < x.host.view().numel(); ++i) {
+        const int64_t h = (i / D) % heads;
+        store_from_float(x.host.data(), DType::kBF16, i,
+                         load_as_float(x.host.data(), DType::kBF16, i) * float(1 << (2 * h)));
+      }
+      descales = fp8_head_descales(x.h());
+      Mirrored x8{Tensor::empty({c.b, len, heads, D}, DType::kFP8E4M3, Device::cpu()),
+                  Tensor::empty({c.b, len, heads, D}, DType::kFP8E4M3, Device::cuda(0))};
+      quantize_fp8_per_head(x.h(), descales, x8.h());
+      upload(x8);
+      return x8;
+    };
+    auto on_device = [&](const std::vector<float>& values) {
+      Mirrored m{Tensor::empty({int64_t(values.size())}, DType::kF32, Device::cpu()),
+                 Tensor::empty({int64_t(values.size())}, DType::kF32, Device::cuda(0))};
+      std::memcpy(m.host.data(), values.data(), m.bytes());
+      upload(m);
+      return m;
+    };
+    std::vector<float> dq, dk, dv;
+    Mirrored q8 = quantized(c.lq, c.hq, 901, dq), k8 = quantized(c.lkv, c.hkv, 902, dk),
+             v8 = quantized(c.lkv, c.hkv, 903, dv);
+    Mirrored dq_t = on_device(dq), dk_t = on_device(dk), dv_t = on_device(dv);
+    const MaskSpec mask = c.causal ? MaskSpec::causal_at(c.lkv - c.lq, 0) : MaskSpec::none();
+    const float scale = default_softmax_scale(D);
+    Mirrored o = poisoned({c.b, c.lq, c.hq, D}, DType::kBF16);
+    Mirrored lse = poisoned({c.b, c.hq, c.lq}, DType::kF32);
+    Tensor workspace =
+        Tensor::empty({fp8_workspace_bytes(v8.d(), stream_)}, DType::kU8, Device::cuda(0));
+    fill_bytes(workspace.data(), 0xFF, size_t(workspace.view().numel()), stream_);  // NaN in e4m3
+    const Fp8DescaleTensors descales{dq_t.d(), dk_t.d(), dv_t.d()};
+    forward_fp8(q8.d(), k8.d(), v8.d(), descales, mask, scale, o.d(), lse.d(), workspace, stream_);
+    download(o);
+    download(lse);
+    Mirrored ref_o = poisoned({c.b, c.lq, c.hq, D}, DType::kF32);
+    Mirrored ref_lse = poisoned({c.b, c.hq, c.lq}, DType::kF32);
+    reference_attention_fp8(q8.h(), k8.h(), v8.h(), Fp8Descales{dq, dk, dv}, mask, scale,
+                            ref_o.h(), ref_lse.h());
+    for (int64_t h = 0; h < c.hq; ++h) {
+      const float v_max = dv[size_t(h / (c.hq / c.hkv))] * kFP8E4M3Max;  // |V| of this head
+      double max_err = 0, sum_err = 0, lse_err = 0;
+      int64_t n = 0, unwritten = 0;
+      for (int64_t b = 0; b < c.b; ++b)
+        for (int64_t i = 0; i < c.lq; ++i) {
+          for (int64_t d = 0; d < D; ++d) {
+            const float got = at4(o.h(), b, i, h, d);
+            if (!std::isfinite(got)) ++unwritten;
+            const double err = std::abs(double(got) - at4(ref_o.h(), b, i, h, d));
+            max_err = std::max(max_err, err);
+            sum_err += err;
+            ++n;
+          }
+          const float ref_l = at3(ref_lse.h(), b, h, i), got_l = at3(lse.h(), b, h, i);
+          if (std::isinf(ref_l)) {
+            EXPECT_EQ(got_l, ref_l) << what << " head " << h << " row " << i;
+          } else {
+            lse_err = std::max(lse_err, double(std::abs(got_l - ref_l)) / (1 + std::abs(ref_l)));
+          }
+        }
+      EXPECT_EQ(unwritten, 0) << what << " head " << h;
+      EXPECT_LE(max_err, v_max / 16) << what << " head " << h << " (max |O error| vs |V| 2^-4)";
+      EXPECT_LE(sum_err / double(n), v_max / 256) << what << " head " << h << " (mean |O error|)";
+      EXPECT_LE(lse_err, 2e-3) << what << " head " << h << " (lse relative error)";
+    }
+    Mirrored again = poisoned({c.b, c.lq, c.hq, D}, DType::kBF16);
+    forward_fp8(q8.d(), k8.d(), v8.d(), descales, mask, scale, again.d(), TensorView(), workspace,
+                stream_);
+    download(again);
+    EXPECT_EQ(std::memcmp(again.host.data(), o.host.data(), o.bytes()), 0)
+        << what << ": a second call differs";
+  }
+}
+
+TEST_F(AttnGpu, Fp8LimitsAreReportedNamingTheArgument) {
+  auto expect_error = [](const std::function<void()>& fn, ErrorCode code,
+                         const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an error naming '" << needle << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto fp8 = [](std::vector<int64_t> shape) {
+    return Tensor::empty(shape, DType::kFP8E4M3, Device::cuda(0));
+  };
+  Tensor x = fp8({1, 8, 2, 128}), x64 = fp8({1, 8, 2, 64});
+  Tensor o = Tensor::empty({1, 8, 2, 128}, DType::kBF16, Device::cuda(0));
+  Tensor o64 = Tensor::empty({1, 8, 2, 64}, DType::kBF16, Device::cuda(0));
+  Tensor o_f16 = Tensor::empty({1, 8, 2, 128}, DType::kF16, Device::cuda(0));
+  Tensor ones = Tensor::empty({2}, DType::kF32, Device::cuda(0));
+  Tensor one = Tensor::empty({1}, DType::kF32, Device::cuda(0));
+  Tensor small = Tensor::empty({64}, DType::kU8, Device::cuda(0));
+  Tensor ws = Tensor::empty({fp8_workspace_bytes(x.view(), stream_)}, DType::kU8, Device::cuda(0));
+  const Fp8DescaleTensors d{ones, ones, ones};
+  const MaskSpec none = MaskSpec::none();
+  expect_error([&] { forward_fp8(x64, x64, x64, d, none, 0.1f, o64, {}, ws, stream_); },
+               ErrorCode::kUnsupported, "head dim 64");
+  expect_error([&] { forward_fp8(x, x, x, d, none, 0.1f, o_f16, {}, ws, stream_); },
+               ErrorCode::kUnsupported, "o has dtype f16");
+  expect_error([&] { forward_fp8(x, x, x, d, none, 0.1f, o, {}, small, stream_); },
+               ErrorCode::kInvalidArgument, "workspace");
+  expect_error([&] { forward_fp8(x, x, x, {one, ones, ones}, none, 0.1f, o, {}, ws, stream_); },
+               ErrorCode::kInvalidArgument, "descales.q");
+  expect_error([&] { forward_fp8(o, x, x, d, none, 0.1f, o, {}, ws, stream_); },
+               ErrorCode::kInvalidArgument, "q has dtype bf16: expected fp8_e4m3");
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <string>
@@ -235,6 +236,60 @@ TEST(AttnFp8, OutputIsTheF32ReferenceOfTheDequantizedInputs) {
       ASSERT_EQ(load_as_float(o16.data(), out, int64_t(i)), round_to_dtype(out, want.o[i]))
           << dtype_name(out) << " " << i;
   }
+}
+
+// forward_fp8 on the cpu backend: the reference, with the descales read from f32 tensors, and
+// every argument checked by name before anything runs.
+TEST(AttnFp8, ForwardOnCpuIsTheReferenceAndChecksItsArguments) {
+  const int64_t d = 128, lq = 6, lkv = 9;
+  const Stream cpu = Stream::cpu();
+  Tensor q = random_tensor({1, lq, 2, d}, DType::kBF16, 90);
+  Tensor kv = random_tensor({1, lkv, 1, d}, DType::kBF16, 91);
+  const std::vector<float> dq = fp8_head_descales(q), dkv = fp8_head_descales(kv);
+  Tensor q8 = Tensor::empty({1, lq, 2, d}, DType::kFP8E4M3, Device::cpu());
+  Tensor kv8 = Tensor::empty({1, lkv, 1, d}, DType::kFP8E4M3, Device::cpu());
+  quantize_fp8_per_head(q, dq, q8);
+  quantize_fp8_per_head(kv, dkv, kv8);
+  auto f32s = [](const std::vector<float>& values) {
+    Tensor t = Tensor::empty({int64_t(values.size())}, DType::kF32, Device::cpu());
+    std::copy(values.begin(), values.end(), t.data_as<float>());
+    return t;
+  };
+  Tensor dq_t = f32s(dq), dkv_t = f32s(dkv);
+  const Fp8DescaleTensors descales{dq_t, dkv_t, dkv_t};
+  const MaskSpec mask = MaskSpec::causal_at(lkv - lq, 0);
+  const float scale = default_softmax_scale(d);
+  EXPECT_EQ(fp8_workspace_bytes(kv8, cpu), 0);
+
+  Tensor o = filled({1, lq, 2, d}, DType::kBF16, NAN), lse = filled({1, 2, lq}, DType::kF32, NAN);
+  forward_fp8(q8, kv8, kv8, descales, mask, scale, o, lse, TensorView(), cpu);
+  Tensor want = filled({1, lq, 2, d}, DType::kBF16, NAN);
+  Tensor want_lse = filled({1, 2, lq}, DType::kF32, NAN);
+  reference_attention_fp8(q8, kv8, kv8, {dq, dkv, dkv}, mask, scale, want, want_lse);
+  EXPECT_EQ(std::memcmp(o.data(), want.data(), size_t(o.view().numel()) * 2), 0);
+  EXPECT_EQ(std::memcmp(lse.data(), want_lse.data(), size_t(lse.view().numel()) * 4), 0);
+
+  Tensor three = f32s({1, 1, 1});
+  EXPECT_NE(error_of([&] {
+              forward_fp8(q8, kv8, kv8, {three, dkv_t, dkv_t}, mask, scale, o, lse, {}, cpu);
+            }).find("descales.q = f32[3] cpu: expected contiguous f32[2]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              forward_fp8(q8, kv8, q8, descales, mask, scale, o, lse, {}, cpu);
+            }).find("v = fp8_e4m3[1, 6, 2, 128] cpu: expected the shape of k"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              forward_fp8(q8, kv8, kv8, descales, mask, scale, lse, lse, {}, cpu);
+            }).find("o = f32[1, 2, 6] cpu: expected the shape of q"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              forward_fp8(q8, kv8, kv8, descales, mask, 0.0f, o, lse, {}, cpu);
+            }).find("softmax_scale = 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              forward_fp8(q8, kv8, kv8, descales, mask, scale, o, o, {}, cpu);
+            }).find("lse = bf16[1, 6, 2, 128] cpu: expected f32[1, 2, 6]"),
+            std::string::npos);
 }
 
 }  // namespace

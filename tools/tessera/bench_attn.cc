@@ -1,12 +1,14 @@
 // `tessera bench attn`: forward attention throughput over a shape sweep, with torch SDPA
 // (cuDNN and flash backends) measured in the same run on identical inputs, and ratios.
 //
-// Cases are strings "b<B>_h<Hq>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>][_varlen]" (Lq =
-// Lkv = L). "_fold<N>" times accumulate() folding the KV split into N chunks in one launch, next
+// Cases are strings "b<B>_h<Hq>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>][_varlen][_fp8]"
+// (Lq = Lkv = L). "_fold<N>" times accumulate() folding the KV split into N chunks in one launch, next
 // to the one-call forward over the whole KV (the chunked path distributed attention uses).
 // "_varlen" packs B sequences of different lengths, L/2 to 3L/2 (B L tokens in all), into one
 // forward_varlen call; compare its TFLOP/s with the case without "_varlen" (the same tokens in
-// B equal sequences). The anchor skips fold and varlen cases.
+// B equal sequences). "_fp8" quantizes the bf16 inputs per head to e4m3 (on the host) and times
+// forward_fp8 (V's transposed copy included) beside the bf16 forward of the same inputs, with
+// the FP8 output's error against the bf16 one. The anchor skips fold, varlen and fp8 cases.
 // Inputs: element e of q/k/v (contiguous [B, L, H, D]) is a hash of (seed, tensor, e) mapped
 // to [-1, 1) and rounded to the dtype; bench/anchors/torch_sdpa.py generates the same bits,
 // and both print a checksum of the first elements to prove it.
@@ -29,6 +31,7 @@
 #include "command.h"
 #include "options.h"
 #include "tessera/attn/attention.h"
+#include "tessera/attn/fp8.h"
 #include "tessera/attn/reference.h"
 #include "tessera/attn/varlen.h"
 #include "tessera/core/buffer.h"
@@ -53,7 +56,7 @@ const char* kDefaultCases =
     "b1_h24_d128_l65536_causal,b1_h24_d128_l16384_fp16,b1_h24_d64_l65536_fp16,"
     "b1_h24_d256_l16384,b1_h24_d256_l16384_causal,b1_h24_d128_l16384_fold4,b4_h24_d128_l4096,"
     "b4_h24_d128_l4096_varlen,b4_h24_d128_l4096_causal,b4_h24_d128_l4096_varlen_causal,"
-    "b16_h32_kv8_d128_l512_varlen_causal";
+    "b16_h32_kv8_d128_l512_varlen_causal,b1_h24_d128_l16384_fp8,b1_h24_d128_l16384_causal_fp8";
 
 struct AttnCase {
   std::string name;
@@ -62,6 +65,7 @@ struct AttnCase {
   DType dtype = DType::kBF16;
   int fold = 0;  // > 0: accumulate over this many chunks
   bool varlen = false;
+  bool fp8 = false;  // also forward_fp8 on the inputs quantized per head
 };
 
 // The varlen case's sequence lengths: from L/2 up to 3L/2 in even steps, B L tokens in all.
@@ -103,6 +107,8 @@ AttnCase parse_case(const std::string& text) {
       c.dtype = DType::kBF16;
     } else if (part == "varlen") {
       c.varlen = true;
+    } else if (part == "fp8") {
+      c.fp8 = true;
     } else if (part.rfind("fold", 0) == 0) {
       c.fold = int(number(4));
     } else if (part.rfind("kv", 0) == 0) {
@@ -120,14 +126,16 @@ AttnCase parse_case(const std::string& text) {
       throw_error(ErrorCode::kInvalidArgument,
                   str("--cases: unknown part '", part, "' in '", text,
                       "': expected b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>]"
-                      "[_varlen]"));
+                      "[_varlen][_fp8]"));
     }
   }
   if (!has_kv) c.heads_kv = c.heads_q;
   TESSERA_CHECK_ARG(c.heads_q % c.heads_kv == 0, "--cases: '", text, "': Hq ", c.heads_q,
                     " is not a multiple of Hkv ", c.heads_kv);
-  TESSERA_CHECK_ARG(!(c.varlen && c.fold > 0), "--cases: '", text,
-                    "': varlen and fold do not combine");
+  TESSERA_CHECK_ARG(int(c.varlen) + int(c.fold > 0) + int(c.fp8) <= 1, "--cases: '", text,
+                    "': varlen, fold and fp8 do not combine");
+  TESSERA_CHECK_ARG(!c.fp8 || c.dtype == DType::kBF16, "--cases: '", text,
+                    "': fp8 quantizes bf16 inputs (no fp16)");
   return c;
 }
 
@@ -260,10 +268,14 @@ struct Result {
   double median_us = 0, tflops = 0;
   bool ok = false;
   double max_err = 0, tolerance = 0, input_checksum = 0;
+  double rms_err = NAN, x_bf16 = NAN;  // fp8: against the bf16 forward of the same inputs
 };
 
 std::vector<Result> run_varlen_case(const AttnCase& c, const Stream& stream, uint32_t seed,
                                     int warmup, int min_iters, double target_ms, int check);
+Result run_fp8(const AttnCase& c, const Stream& stream, const Tensor& hq, const Tensor& hk,
+               const Tensor& hv, const Tensor& o_bf16, const Result& bf16, int warmup,
+               int min_iters, double target_ms);
 
 std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, uint32_t seed,
                                      int warmup, int min_iters, double target_ms, int check) {
@@ -316,6 +328,7 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
   fwd.median_us = time_us(stream, forward_once, warmup, min_iters, target_ms);
   fwd.tflops = flops(c) / (fwd.median_us * 1e-6) / 1e12;
   results.push_back(fwd);
+  if (c.fp8) results.push_back(run_fp8(c, stream, hq, hk, hv, o, fwd, warmup, min_iters, target_ms));
 
   if (c.fold > 0) {
     // The same attention folded from c.fold KV chunks (one launch) into an f32 state.
@@ -351,6 +364,74 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
     results.push_back(fold);
   }
   return results;
+}
+
+// The fp8 case: q, k, v (host bf16) quantized per head, forward_fp8 timed (V's transposed copy
+// included), its output compared element by element with the bf16 forward's (o_bf16, device).
+// ok: finite everywhere and within 2^-4 of max|v| = 1 (P and V are rounded to e4m3).
+Result run_fp8(const AttnCase& c, const Stream& stream, const Tensor& hq, const Tensor& hk,
+               const Tensor& hv, const Tensor& o_bf16, const Result& bf16, int warmup,
+               int min_iters, double target_ms) {
+  const Device dev = stream.device();
+  auto shape_of = [](const Tensor& t) {
+    std::vector<int64_t> shape;
+    for (int d = 0; d < t.view().ndim(); ++d) shape.push_back(t.view().size(d));
+    return shape;
+  };
+  auto quantize = [&](const Tensor& h, std::vector<float>& descales) {
+    descales = attn::fp8_head_descales(h);
+    Tensor h8 = Tensor::empty(shape_of(h), DType::kFP8E4M3, Device::cpu());
+    attn::quantize_fp8_per_head(h, descales, h8);
+    Tensor d = Tensor::empty(shape_of(h), DType::kFP8E4M3, dev);
+    copy_bytes(d.data(), h8.data(), size_t(h8.view().numel()), stream);
+    return d;
+  };
+  auto on_device = [&](const std::vector<float>& values) {
+    Tensor d = Tensor::empty({int64_t(values.size())}, DType::kF32, dev);
+    copy_bytes(d.data(), values.data(), values.size() * 4, stream);
+    return d;
+  };
+  std::vector<float> dq, dk, dv;
+  Tensor q8 = quantize(hq, dq), k8 = quantize(hk, dk), v8 = quantize(hv, dv);
+  Tensor dq_t = on_device(dq), dk_t = on_device(dk), dv_t = on_device(dv);
+  const attn::Fp8DescaleTensors descales{dq_t, dk_t, dv_t};
+  Tensor workspace =
+      Tensor::empty({attn::fp8_workspace_bytes(v8, stream)}, DType::kU8, dev);
+  Tensor o = Tensor::empty(shape_of(o_bf16), DType::kBF16, dev);
+  const size_t o_bytes = size_t(o.view().numel()) * 2;
+  fill_bytes(o.data(), 0xFF, o_bytes, stream);
+  const MaskSpec mask = c.causal ? MaskSpec::causal_at(0, 0) : MaskSpec::none();
+  const float scale = attn::default_softmax_scale(c.head_dim);
+  auto run = [&] {
+    attn::forward_fp8(q8, k8, v8, descales, mask, scale, o, TensorView(), workspace, stream);
+  };
+  run();
+  Tensor got = Tensor::empty(shape_of(o), DType::kBF16, Device::cpu());
+  Tensor want = Tensor::empty(shape_of(o), DType::kBF16, Device::cpu());
+  stream.synchronize();
+  copy_bytes(got.data(), o.data(), o_bytes, stream);
+  copy_bytes(want.data(), o_bf16.data(), o_bytes, stream);
+  stream.synchronize();
+  Result r = bf16;
+  r.impl = "tessera fp8";
+  r.tolerance = 1.0 / 16;
+  r.max_err = 0;
+  double sum_sq = 0;
+  bool finite = true;
+  const int64_t n = o.view().numel();
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = load_as_float(got.data(), DType::kBF16, i);
+    const double e = std::abs(a - load_as_float(want.data(), DType::kBF16, i));
+    finite &= std::isfinite(a);
+    r.max_err = std::max(r.max_err, e);
+    sum_sq += e * e;
+  }
+  r.rms_err = std::sqrt(sum_sq / double(std::max<int64_t>(n, 1)));
+  r.ok = finite && r.max_err <= r.tolerance;
+  r.median_us = time_us(stream, run, warmup, min_iters, target_ms);
+  r.tflops = flops(c) / (r.median_us * 1e-6) / 1e12;
+  r.x_bf16 = r.tflops / bf16.tflops;
+  return r;
 }
 
 // The varlen case: B packed sequences (varlen_lengths) through one forward_varlen call, timed
@@ -436,7 +517,7 @@ std::vector<Result> run_anchor(const std::string& command, const std::vector<Att
                                int check) {
   std::string names;
   for (const AttnCase& c : cases) {
-    if (c.fold > 0 || c.varlen) continue;
+    if (c.fold > 0 || c.varlen || c.fp8) continue;
     names += (names.empty() ? "" : ",") + c.name;
   }
   std::vector<Result> out;
@@ -485,7 +566,7 @@ int run_bench_attn(const std::vector<std::string>& args, int, char**) {
       "bench attn",
       {
           {"cases", kDefaultCases,
-           "comma list of b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>][_varlen]"},
+           "comma list of b<B>_h<H>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>][_varlen][_fp8]"},
           {"seed", "1", "input generator seed (shared with the anchor)"},
           {"warmup", "3", "untimed calls per case"},
           {"min-iters", "10", "timed calls per case, at least"},
@@ -517,9 +598,12 @@ int run_bench_attn(const std::vector<std::string>& args, int, char**) {
   for (const AttnCase& c : cases) {
     auto rs = run_tessera_case(c, stream, seed, warmup, min_iters, target_ms, check);
     for (const Result& r : rs)
-      std::printf("  %-34s %-16s %10.1f us %8.1f TFLOP/s  %s (max err %.2e, tol %.2e)\n",
+      std::printf("  %-34s %-16s %10.1f us %8.1f TFLOP/s  %s (max err %.2e, tol %.2e)%s\n",
                   c.name.c_str(), r.impl.c_str(), r.median_us, r.tflops, r.ok ? "ok" : "WRONG",
-                  r.max_err, r.tolerance);
+                  r.max_err, r.tolerance,
+                  std::isfinite(r.x_bf16)
+                      ? str(" vs bf16: x", r.x_bf16, ", rms err ", r.rms_err).c_str()
+                      : "");
     std::fflush(stdout);
     mine.insert(mine.end(), rs.begin(), rs.end());
   }
@@ -566,6 +650,8 @@ int run_bench_attn(const std::vector<std::string>& args, int, char**) {
     rec.extra["input_checksum"] = r.input_checksum;
     if (std::isfinite(x_cudnn)) rec.extra["x_cudnn"] = x_cudnn;
     if (std::isfinite(x_flash)) rec.extra["x_flash"] = x_flash;
+    if (std::isfinite(r.x_bf16)) rec.extra["x_bf16"] = r.x_bf16;
+    if (std::isfinite(r.rms_err)) rec.extra["rms_err_vs_bf16"] = r.rms_err;
     records.push_back(rec);
   }
   for (const Result& a : anchors) {

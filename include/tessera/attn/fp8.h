@@ -1,5 +1,6 @@
-// FP8 (e4m3) attention inputs with per-head scales: quantization helpers and the float32
-// reference an FP8 kernel is checked against. cpu tensors only; layouts of attention.h.
+// FP8 (e4m3) attention with per-head scales: quantization helpers and the float32 reference
+// (cpu tensors), and forward_fp8, which runs the reference on cpu streams and the sm90 FP8
+// kernel on cuda streams. Layouts of attention.h.
 //
 // Per-head quantization (TransformerEngine's current scaling, applied to each head instead of
 // the whole tensor, as issue 17 asks and FlashAttention-3's descale_{q,k,v} take it):
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "tessera/attn/attention.h"
+#include "tessera/runtime/stream.h"
 
 namespace tessera::attn {
 
@@ -42,5 +44,32 @@ struct Fp8Descales {
 void reference_attention_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
                              const Fp8Descales& descales, const MaskSpec& mask, float softmax_scale,
                              const TensorView& o, const TensorView& lse);
+
+// ---- The FP8 forward (cpu: the reference above; cuda: the sm90 kernel) -----------------------
+
+// The descales as f32 tensors [Hq], [Hkv], [Hkv] (contiguous) on the stream's device, as
+// TransformerEngine and FlashAttention-3 keep them: quantization on the GPU writes them there,
+// and a captured graph reads them at replay.
+struct Fp8DescaleTensors {
+  TensorView q, k, v;
+};
+
+// Device bytes forward_fp8 needs in `workspace` for v [B, Lkv, Hkv, D] on `stream`: V's
+// transposed copy (FP8 WGMMA reads its B operand K-major only), B Hkv D Lkv rounded up to 128
+// keys; 0 on the cpu backend.
+int64_t fp8_workspace_bytes(const TensorView& v, const Stream& stream);
+
+// o = attention of fp8_e4m3 q [B, Lq, Hq, D] over fp8_e4m3 k, v [B, Lkv, Hkv, D] with
+// per-head descales (the scores are softmax_scale * descale_q * descale_k * <q8, k8>; the output
+// is scaled by descale_v), `mask` as attention.h's forward; lse f32 [B, Hq, Lq] or empty.
+// cuda: o bf16, D 128, the layout rules of attention.h (16-byte aligned bases and strides), a
+// workspace of at least fp8_workspace_bytes (any dtype, 16-byte aligned, on the stream's
+// device; its contents are overwritten); P is rounded to e4m3 before the PV product, as
+// FlashAttention-3 does, so the result differs from reference_attention_fp8 by that rounding.
+// cpu: reference_attention_fp8 (o bf16, f16 or f32; workspace ignored, may be empty).
+void forward_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const Fp8DescaleTensors& descales, const MaskSpec& mask, float softmax_scale,
+                 const TensorView& o, const TensorView& lse, const TensorView& workspace,
+                 const Stream& stream);
 
 }  // namespace tessera::attn

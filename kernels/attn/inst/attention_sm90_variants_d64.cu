@@ -9,6 +9,10 @@ namespace {
 using Fresh = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, true>;
 const bool kRegistered =
     register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<Fresh>, "fresh");
+// "cand": production's bf16 configuration (three consumer groups) with ping-pong turns.
+using PingPong = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, false, true>;
+const bool kCand =
+    register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<PingPong>, "cand");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif

@@ -75,7 +75,14 @@ class DeviceScope {
 };
 
 ElementType element_of(DType dtype) {
-  return dtype == DType::kBF16 ? ElementType::kBF16 : ElementType::kF16;
+  switch (dtype) {
+    case DType::kBF16:
+      return ElementType::kBF16;
+    case DType::kFP8E4M3:
+      return ElementType::kE4M3;
+    default:
+      return ElementType::kF16;
+  }
 }
 
 kernels::FloatType float_type_of(DType dtype) {
@@ -313,6 +320,55 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
   desc.kv[0].k = to_bshd(k);
   desc.kv[0].v = to_bshd(v);
   desc.kv[0].mask = causal ? MaskSpec::causal_at(0, 0) : MaskSpec::none();  // aligned per sequence
+  desc.cuda_stream = stream.cuda_stream();
+  launch(desc);
+}
+
+void cuda_attention_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const Fp8DescaleTensors& descales, const MaskSpec& mask,
+                        float softmax_scale, const TensorView& o, const TensorView& lse,
+                        const TensorView& workspace, const Stream& stream) {
+  const int64_t batch = q.size(0), heads_q = q.size(2), heads_kv = k.size(2), head_dim = q.size(3);
+  if (batch == 0 || heads_q == 0 || q.size(1) == 0) return;
+  DeviceScope device_scope(stream.device().index);
+  if (k.size(1) == 0) {
+    write_no_key(o, lse, stream);
+    return;
+  }
+  const kernels::AttentionLaunchFn launch = launcher_for(q.dtype(), head_dim);
+  kernels::launch_fp8_transpose_v(to_bshd(v), batch, heads_kv, int(head_dim), workspace.data(),
+                                  stream.cuda_stream());
+  LaunchDesc desc;
+  desc.element = ElementType::kE4M3;
+  desc.head_dim = int(head_dim);
+  desc.batch = batch;
+  desc.heads_q = heads_q;
+  desc.heads_kv = heads_kv;
+  desc.softmax_scale = softmax_scale;
+  desc.descale_q = descales.q.data_as<const float>();
+  desc.descale_k = descales.k.data_as<const float>();
+  desc.descale_v = descales.v.data_as<const float>();
+  desc.num_jobs = 1;
+  desc.num_kv = 1;
+  kernels::JobLaunch& job = desc.jobs[0];
+  job.q = to_bshd(q);
+  job.o = o.data();
+  job.o_stride_b = o.stride(0);
+  job.o_stride_l = o.stride(1);
+  job.o_stride_h = o.stride(2);
+  if (!lse.empty()) {
+    job.lse = lse.data_as<float>();
+    job.lse_stride_b = lse.stride(0);
+    job.lse_stride_h = lse.stride(1);
+    job.lse_stride_l = lse.stride(2);
+  }
+  job.kv_begin = 0;
+  job.kv_end = 1;
+  const int64_t vt_len = kernels::fp8_vt_len(k.size(1));
+  desc.kv[0].k = to_bshd(k);
+  desc.kv[0].v = {workspace.data(), vt_len, heads_kv * head_dim * vt_len, vt_len,
+                  head_dim * vt_len};
+  desc.kv[0].mask = mask;
   desc.cuda_stream = stream.cuda_stream();
   launch(desc);
 }

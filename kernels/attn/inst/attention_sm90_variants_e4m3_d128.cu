@@ -1,0 +1,17 @@
+// Tuning variants of the sm90 FP8 (e4m3) attention kernel for head dim 128, registered under
+// names that TESSERA_ATTN_KERNEL selects (scripts/attn_dev.sh times them). Compiled to nothing
+// unless TESSERA_ATTN_DEV_VARIANTS is defined.
+#ifdef TESSERA_ATTN_DEV_VARIANTS
+#include "attn/attention_sm90.cuh"
+
+namespace tessera::attn::kernels {
+namespace {
+using E4m3 = cutlass::float_e4m3_t;
+// "cand": production's tile with the consumer groups taking turns at the GEMMs (ping-pong).
+using PingPong = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, true, true>;
+const bool kCand =
+    register_attention_kernel(ElementType::kE4M3, 128, &sm90::launch_attention<PingPong>, "cand");
+// kBlockN 256 spilled 172 bytes and ran 18% slower; a third stage changed nothing (run 9).
+}  // namespace
+}  // namespace tessera::attn::kernels
+#endif
