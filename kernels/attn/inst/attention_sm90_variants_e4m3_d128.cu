@@ -12,6 +12,14 @@ using PingPong = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, true, true>;
 const bool kCand =
     register_attention_kernel(ElementType::kE4M3, 128, &sm90::launch_attention<PingPong>, "cand");
 // kBlockN 256 spilled 172 bytes and ran 18% slower; a third stage changed nothing (run 9).
+// "hoisted": Q's descriptors left to ptxas (FP8 Q has 4 K steps at D128, not bf16's 8).
+using Hoisted = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, false>;
+const bool kHoisted = register_attention_kernel(ElementType::kE4M3, 128,
+                                                &sm90::launch_attention<Hoisted>, "hoisted");
+// "wg3": three consumer groups (192 query rows a CTA): a third warp a scheduler to interleave.
+using ThreeGroups = sm90::AttentionTraits<E4m3, 128, 128, 2, 3>;
+const bool kThreeGroups = register_attention_kernel(ElementType::kE4M3, 128,
+                                                    &sm90::launch_attention<ThreeGroups>, "wg3");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif
