@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attn/attention_backend.h"
+#include "attn/fp8_checks.h"
 #include "tessera/attn/fp8.h"
 #include "tessera/core/error.h"
 
@@ -63,17 +64,7 @@ void forward_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
                  const Stream& stream) {
   for (const auto& [t, name] : {std::pair{q, "q"}, std::pair{k, "k"}, std::pair{v, "v"}})
     check_fp8_bshd(t, stream, name);
-  for (int d = 0; d < 4; ++d)
-    TESSERA_CHECK_ARG(v.size(d) == k.size(d), "v = ", v.to_string(),
-                      ": expected the shape of k = ", k.to_string());
-  TESSERA_CHECK_ARG(k.size(0) == q.size(0) && k.size(3) == q.size(3), "k = ", k.to_string(),
-                    ": expected q's batch ", q.size(0), " and head dim ", q.size(3));
-  TESSERA_CHECK_ARG(k.size(2) >= 1 && q.size(2) % k.size(2) == 0, "k = ", k.to_string(), " has ",
-                    k.size(2), " heads: expected a divisor of q's ", q.size(2));
-  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
-                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
-  TESSERA_CHECK_ARG(mask.q_stride >= 1 && mask.kv_stride >= 1, "mask has q_stride ", mask.q_stride,
-                    ", kv_stride ", mask.kv_stride, ": expected both >= 1");
+  detail::check_fp8_operands(q, k, v, mask, softmax_scale);
   check_descale(descales.q, q.size(2), stream, "descales.q");
   check_descale(descales.k, k.size(2), stream, "descales.k");
   check_descale(descales.v, v.size(2), stream, "descales.v");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "attn/fp8_checks.h"
 #include "tessera/attn/reference.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
@@ -100,16 +101,12 @@ void quantize_fp8_per_head(const TensorView& x, std::span<const float> descales,
       }
 }
 
-void reference_attention_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
-                             const Fp8Descales& descales, const MaskSpec& mask, float softmax_scale,
-                             const TensorView& o, const TensorView& lse) {
+namespace detail {
+
+void check_fp8_operands(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const MaskSpec& mask, float softmax_scale) {
   TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
                     "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
-  for (const auto& [t, name] : {std::pair{q, "q"}, std::pair{k, "k"}, std::pair{v, "v"}}) {
-    check_cpu_bshd(t, name);
-    TESSERA_CHECK_ARG(t.dtype() == DType::kFP8E4M3, name, " has dtype ", dtype_name(t.dtype()),
-                      ": expected fp8_e4m3");
-  }
   for (int d = 0; d < 4; ++d)
     TESSERA_CHECK_ARG(v.size(d) == k.size(d), "v = ", v.to_string(),
                       ": expected the shape of k = ", k.to_string());
@@ -119,6 +116,19 @@ void reference_attention_fp8(const TensorView& q, const TensorView& k, const Ten
                     k.size(2), " heads: expected a divisor of q's ", q.size(2));
   TESSERA_CHECK_ARG(mask.q_stride >= 1 && mask.kv_stride >= 1, "mask has q_stride ", mask.q_stride,
                     ", kv_stride ", mask.kv_stride, ": expected both >= 1");
+}
+
+}  // namespace detail
+
+void reference_attention_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
+                             const Fp8Descales& descales, const MaskSpec& mask, float softmax_scale,
+                             const TensorView& o, const TensorView& lse) {
+  for (const auto& [t, name] : {std::pair{q, "q"}, std::pair{k, "k"}, std::pair{v, "v"}}) {
+    check_cpu_bshd(t, name);
+    TESSERA_CHECK_ARG(t.dtype() == DType::kFP8E4M3, name, " has dtype ", dtype_name(t.dtype()),
+                      ": expected fp8_e4m3");
+  }
+  detail::check_fp8_operands(q, k, v, mask, softmax_scale);
   check_descales(descales.q, q.size(2), "descales.q");
   check_descales(descales.k, k.size(2), "descales.k");
   check_descales(descales.v, v.size(2), "descales.v");

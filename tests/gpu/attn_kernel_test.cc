@@ -723,17 +723,18 @@ TEST_F(AttnGpu, VarlenRowsPastMaxSeqlenAreNaN) {
   }
 }
 
+// fn() throws an Error of `code` whose message contains `needle`.
+void expect_error(const std::function<void()>& fn, ErrorCode code, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an error naming '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
-  auto expect_code = [](const std::function<void()>& fn, ErrorCode code,
-                        const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected an error naming '" << needle << "'";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), code) << e.what();
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   Mirrored q = random({1, 8, 2, 128}, DType::kBF16, 801);
   Mirrored o = poisoned({1, 8, 2, 128}, DType::kBF16);
   Mirrored lse = poisoned({1, 2, 8}, DType::kF32);
@@ -746,15 +747,15 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
   TensorView k_odd(wide.device.data(), DType::kBF16, Device::cuda(0), {1, 8, 1, 128},
                    {8 * 132, 132, 132, 1});
   const MaskSpec none = MaskSpec::none();
-  expect_code(
+  expect_error(
       [&] { forward(q96.d(), q96.d(), q96.d(), o96.d(), TensorView(), none, 0.1f, stream_); },
       ErrorCode::kUnsupported, "head dim 96");
-  expect_code(
+  expect_error(
       [&] { forward(q32.d(), q32.d(), q32.d(), o32.d(), TensorView(), none, 0.1f, stream_); },
       ErrorCode::kUnsupported, "q has dtype f32");
-  expect_code([&] { forward(q.d(), k_odd, k_odd, o.d(), lse.d(), none, 0.1f, stream_); },
+  expect_error([&] { forward(q.d(), k_odd, k_odd, o.d(), lse.d(), none, 0.1f, stream_); },
               ErrorCode::kUnsupported, "kv[0].k");
-  expect_code([&] { forward(q.h(), q.d(), q.d(), o.d(), lse.d(), none, 0.1f, stream_); },
+  expect_error([&] { forward(q.h(), q.d(), q.d(), o.d(), lse.d(), none, 0.1f, stream_); },
               ErrorCode::kInvalidArgument, "q = bf16[1, 8, 2, 128] cpu is on cpu");
   // final_o: q's dtype and the kernel's layout rules.
   Mirrored so = poisoned({1, 8, 2, 128}, DType::kF32);
@@ -765,11 +766,11 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
   const KvChunk chunk{q.d(), q.d(), none};
   const AccumulateJob f16_job{q.d(), AttnState{so.d(), lse.d()},
                               std::span<const KvChunk>(&chunk, 1), true, o_f16.d()};
-  expect_code([&] { accumulate(std::span<const AccumulateJob>(&f16_job, 1), 0.1f, stream_); },
+  expect_error([&] { accumulate(std::span<const AccumulateJob>(&f16_job, 1), 0.1f, stream_); },
               ErrorCode::kInvalidArgument, "final_o has dtype f16: expected bf16");
   const AccumulateJob odd_job{q.d(), AttnState{so.d(), lse.d()},
                               std::span<const KvChunk>(&chunk, 1), true, o_odd};
-  expect_code([&] { accumulate(std::span<const AccumulateJob>(&odd_job, 1), 0.1f, stream_); },
+  expect_error([&] { accumulate(std::span<const AccumulateJob>(&odd_job, 1), 0.1f, stream_); },
               ErrorCode::kUnsupported, "final_o");
   EXPECT_FALSE(final_output_supported(o_odd, stream_));
   EXPECT_TRUE(final_output_supported(o.d(), stream_));
@@ -870,16 +871,6 @@ TEST_F(AttnGpu, Fp8ForwardMatchesTheFp8Reference) {
 }
 
 TEST_F(AttnGpu, Fp8LimitsAreReportedNamingTheArgument) {
-  auto expect_error = [](const std::function<void()>& fn, ErrorCode code,
-                         const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "expected an error naming '" << needle << "'";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), code) << e.what();
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   auto fp8 = [](std::vector<int64_t> shape) {
     return Tensor::empty(shape, DType::kFP8E4M3, Device::cuda(0));
   };
