@@ -36,6 +36,11 @@
 // otherwise (causal by global positions, or past the chunk's end). Rows past the job's end
 // are computed on zero-filled Q (TMA fills out-of-bounds rows with zeros) and never written.
 //
+// FP8 (Element e4m3, forward only): both products are FP8 WGMMA; the scores scale by the
+// per-head descales of q and k, O by v's, and O is written in bf16. V is read through its
+// transposed copy (attention_launch.h: launch_fp8_transpose_v), P packed into e4m3 in place
+// (convert_p_fp8).
+//
 // Assumptions (checked on the host): head dim 64, 128 or 256, 16-byte aligned bases, strides
 // multiples of 16 bytes, all jobs of a launch share B, Hq, Hkv, D and dtype.
 #pragma once
@@ -77,7 +82,7 @@ template <class Element>
 inline constexpr bool kIsFp8 = cute::is_same_v<Element, cutlass::float_e4m3_t>;
 
 // The PV product's atom: V^T is read D-contiguous (MN-major) for 16-bit inputs; FP8 WGMMA takes
-// K-major operands only, so FP8 reads the transposed copy of V (fp8_transpose_v), keys
+// K-major operands only, so FP8 reads V's transposed copy (launch_fp8_transpose_v), keys
 // contiguous.
 template <class Element, int kHeadDim, int kBlockN>
 constexpr auto pv_mma_atom() {
@@ -697,7 +702,7 @@ struct AttentionKernel {
   // between threads. A thread's A register (r, h) of step kk holds four adjacent slots
   // 16h + 4(lane % 4) + {0..3}; it gets the thread's own accumulator columns 8v + {0, 1} for
   // v = 4kk + 2h and 4kk + 2h + 1. So slot s of a 32-key group multiplies key
-  // kernels::fp8_pv_key_of_slot(s), and fp8_transpose_v lays V's rows out in that order.
+  // kernels::fp8_pv_key_of_slot(s), and launch_fp8_transpose_v lays V's keys out in that order.
   template <class TensorS, class TensorP>
   __device__ static void convert_p_fp8(const TensorS& s, TensorP& p) {
     uint32_t* p32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(p.data()));
