@@ -207,12 +207,14 @@ template <class Traits>
 auto make_tma_vt(const typename Traits::Element* data, int len, int heads, int batch,
                  int64_t stride_l, int64_t stride_h, int64_t stride_b) {
   if constexpr (Traits::kFp8) {
-    auto g = make_tensor(make_gmem_ptr(data), make_shape(Int<Traits::kHeadDim>{}, len, heads, batch),
-                         Stride<int64_t, _1, int64_t, int64_t>{stride_l, _1{}, stride_h, stride_b});
+    auto g =
+        make_tensor(make_gmem_ptr(data), make_shape(Int<Traits::kHeadDim>{}, len, heads, batch),
+                    Stride<int64_t, _1, int64_t, int64_t>{stride_l, _1{}, stride_h, stride_b});
     return make_tma_copy(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutVtTile{});
   } else {
-    auto g = make_tensor(make_gmem_ptr(data), make_shape(Int<Traits::kHeadDim>{}, len, heads, batch),
-                         StrideDLHB{_1{}, stride_l, stride_h, stride_b});
+    auto g =
+        make_tensor(make_gmem_ptr(data), make_shape(Int<Traits::kHeadDim>{}, len, heads, batch),
+                    StrideDLHB{_1{}, stride_l, stride_h, stride_b});
     return make_tma_copy(SM90_TMA_LOAD{}, g, typename Traits::SmemLayoutVtTile{});
   }
 }
@@ -548,9 +550,9 @@ struct AttentionKernel {
                              make_coord(_, _0{}));  // (kBlockN, D, blocks)
       Tensor mVt =
           p.tma_vt.get_tma_tensor(make_shape(Int<kHeadDim>{}, kv.lkv, p.heads_kv, p.tma_batch));
-      Tensor gVt =
-          local_tile(domain_offset(make_coord(_0{}, t.k_offset), mVt(_, _, t.hkv, t.b_mem)),
-                     Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));  // (D, kBlockN, blocks)
+      Tensor gVt = local_tile(
+          domain_offset(make_coord(_0{}, t.k_offset), mVt(_, _, t.hkv, t.b_mem)),
+          Shape<Int<kHeadDim>, Int<kBlockN>>{}, make_coord(_0{}, _));  // (D, kBlockN, blocks)
       auto [tKgK, tKsK] =
           tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto [tVgV, tVsV] = tma_partition(p.tma_vt, _0{}, Layout<_1>{}, group_modes<0, 2>(sVt),
@@ -914,7 +916,8 @@ struct AttentionKernel {
       const int d = int(i % kHeadDim);
       static_cast<OutElement*>(job.o)[row * job.o_stride_l + t.h * job.o_stride_h + d] =
           OutElement(NAN);
-      if (d == 0 && job.lse != nullptr) job.lse[t.h * job.lse_stride_h + row * job.lse_stride_l] = NAN;
+      if (d == 0 && job.lse != nullptr)
+        job.lse[t.h * job.lse_stride_h + row * job.lse_stride_l] = NAN;
     }
   }
 

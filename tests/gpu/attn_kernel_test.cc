@@ -782,8 +782,9 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
 // so O may differ from the reference by about that much of |V|; a wrong key order in V's
 // transposed copy, a wrong descale or a lost block would cost O(|V|). lse comes from unrounded
 // probabilities but from scores the FP8 tensor cores accumulate with fewer mantissa bits than
-// float32 (about 14, DeepSeek-V3's report, 3.3.2): 5e-4 relative seen, 2e-3 allowed. Odd lengths (V's copy padded past its end), several KV
-// blocks, GQA 2:1, causal bottom-right, B 2; then a second call bitwise like the first.
+// float32 (about 14, DeepSeek-V3's report, 3.3.2): 5e-4 relative seen, 2e-3 allowed. Odd
+// lengths (V's copy padded past its end), several KV blocks, GQA 2:1, causal bottom-right, B 2;
+// then a second call bitwise like the first.
 TEST_F(AttnGpu, Fp8ForwardMatchesTheFp8Reference) {
   const int64_t D = 128;
   struct Fp8Case {

@@ -2,8 +2,8 @@
 // (cuDNN and flash backends) measured in the same run on identical inputs, and ratios.
 //
 // Cases are strings "b<B>_h<Hq>[_kv<Hkv>]_d<D>_l<L>[_causal][_fp16][_fold<N>][_varlen][_fp8]"
-// (Lq = Lkv = L). "_fold<N>" times accumulate() folding the KV split into N chunks in one launch, next
-// to the one-call forward over the whole KV (the chunked path distributed attention uses).
+// (Lq = Lkv = L). "_fold<N>" times accumulate() folding the KV split into N chunks in one launch,
+// next to the one-call forward over the whole KV (the chunked path distributed attention uses).
 // "_varlen" packs B sequences of different lengths, L/2 to 3L/2 (B L tokens in all), into one
 // forward_varlen call; compare its TFLOP/s with the case without "_varlen" (the same tokens in
 // B equal sequences). "_fp8" quantizes the bf16 inputs per head to e4m3 (on the host) and times
@@ -328,7 +328,8 @@ std::vector<Result> run_tessera_case(const AttnCase& c, const Stream& stream, ui
   fwd.median_us = time_us(stream, forward_once, warmup, min_iters, target_ms);
   fwd.tflops = flops(c) / (fwd.median_us * 1e-6) / 1e12;
   results.push_back(fwd);
-  if (c.fp8) results.push_back(run_fp8(c, stream, hq, hk, hv, o, fwd, warmup, min_iters, target_ms));
+  if (c.fp8)
+    results.push_back(run_fp8(c, stream, hq, hk, hv, o, fwd, warmup, min_iters, target_ms));
 
   if (c.fold > 0) {
     // The same attention folded from c.fold KV chunks (one launch) into an f32 state.
@@ -480,9 +481,9 @@ std::vector<Result> run_varlen_case(const AttnCase& c, const Stream& stream, uin
   stream.synchronize();
   AttnCase first = c;  // the first sequence, checked as a batch of one
   first.len = lens[0];
-  const RowCheck rc = check_rows(first, hq.view().slice(1, 0, lens[0]), hk.view().slice(1, 0, lens[0]),
-                                 hv.view().slice(1, 0, lens[0]), ho.view().slice(1, 0, lens[0]),
-                                 hl.view(), total, check);
+  const RowCheck rc = check_rows(first, hq.view().slice(1, 0, lens[0]),
+                                 hk.view().slice(1, 0, lens[0]), hv.view().slice(1, 0, lens[0]),
+                                 ho.view().slice(1, 0, lens[0]), hl.view(), total, check);
   Result r{c, "tessera varlen", 0, 0, rc.ok, rc.max_err, rc.tolerance,
            checksum(hq) + checksum(hk) + checksum(hv)};
   r.median_us = time_us(stream, run, warmup, min_iters, target_ms);

@@ -13,10 +13,10 @@ namespace {
 using Hoisted = sm90::AttentionTraits<cutlass::bfloat16_t, 128, 176, 2, 2, false>;
 const bool kRegistered = register_attention_kernel(
     ElementType::kBF16, 128, &sm90::launch_attention<Hoisted>, "hoisted");
-// "cand": production's bf16 configuration with ping-pong turns.
+// "pingpong": production's bf16 configuration with ping-pong turns (run 10: +0-1%).
 using PingPong = sm90::AttentionTraits<cutlass::bfloat16_t, 128, 176, 2, 2, true, true>;
 const bool kCand = register_attention_kernel(ElementType::kBF16, 128,
-                                             &sm90::launch_attention<PingPong>, "cand");
+                                             &sm90::launch_attention<PingPong>, "pingpong");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif

@@ -7,11 +7,14 @@
 namespace tessera::attn::kernels {
 namespace {
 using E4m3 = cutlass::float_e4m3_t;
-// "cand": production's tile with the consumer groups taking turns at the GEMMs (ping-pong).
+// "pingpong": production's tile with the consumer groups taking turns at the GEMMs (run 10:
+// -7%).
 using PingPong = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, true, true>;
-const bool kCand =
-    register_attention_kernel(ElementType::kE4M3, 128, &sm90::launch_attention<PingPong>, "cand");
-// kBlockN 256 spilled 172 bytes and ran 18% slower; a third stage changed nothing (run 9).
+const bool kPingPong = register_attention_kernel(ElementType::kE4M3, 128,
+                                                 &sm90::launch_attention<PingPong>, "pingpong");
+// kBlockN 256 spilled 172 bytes and ran 18% slower; a third stage changed nothing (run 9);
+// exponentials two at a time in f16 (ex2.approx.f16x2) ran 29% slower: ptxas emits two scalar
+// MUFU.EX2.F16 a pair plus the packing (run 12).
 // "hoisted": Q's descriptors left to ptxas (FP8 Q has 4 K steps at D128, not bf16's 8).
 using Hoisted = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, false>;
 const bool kHoisted = register_attention_kernel(ElementType::kE4M3, 128,

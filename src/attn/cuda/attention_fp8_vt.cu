@@ -68,12 +68,12 @@ void launch_fp8_transpose_v(const Bshd& v, int64_t batch, int64_t heads, int hea
   auto* dst = static_cast<uint8_t*>(vt);
   switch (head_dim) {
     case 128:
-      fp8_transpose_v_kernel<128><<<grid, kThreads, 0, stream>>>(src, v.len, v.stride_b,
-                                                                  v.stride_l, v.stride_h, dst, vt_len);
+      fp8_transpose_v_kernel<128><<<grid, kThreads, 0, stream>>>(src, v.len, v.stride_b, v.stride_l,
+                                                                 v.stride_h, dst, vt_len);
       break;
     case 256:
-      fp8_transpose_v_kernel<256><<<grid, kThreads, 0, stream>>>(src, v.len, v.stride_b,
-                                                                  v.stride_l, v.stride_h, dst, vt_len);
+      fp8_transpose_v_kernel<256><<<grid, kThreads, 0, stream>>>(src, v.len, v.stride_b, v.stride_l,
+                                                                 v.stride_h, dst, vt_len);
       break;
     default:
       throw_error(ErrorCode::kInternal, str("fp8 transpose: head dim ", head_dim));
