@@ -89,8 +89,9 @@ void forward_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
     return;
   }
 #ifdef TESSERA_WITH_CUDA
-  TESSERA_CHECK(q.size(3) == 128, ErrorCode::kUnsupported, "q = ", q.to_string(), " has head dim ",
-                q.size(3), ": the cuda FP8 attention kernel takes 128");
+  TESSERA_CHECK(q.size(3) == 128 || q.size(3) == 256, ErrorCode::kUnsupported, "q = ",
+                q.to_string(), " has head dim ", q.size(3),
+                ": the cuda FP8 attention kernels take 128 or 256");
   TESSERA_CHECK(o.dtype() == DType::kBF16, ErrorCode::kUnsupported, "o has dtype ",
                 dtype_name(o.dtype()), ": the cuda FP8 attention kernel writes bf16");
   for (const auto& [t, name] :

@@ -784,17 +784,20 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
 // probabilities but from scores the FP8 tensor cores accumulate with fewer mantissa bits than
 // float32 (about 14, DeepSeek-V3's report, 3.3.2): 5e-4 relative seen, 2e-3 allowed. Odd
 // lengths (V's copy padded past its end), several KV blocks, GQA 2:1, causal bottom-right, B 2;
-// then a second call bitwise like the first.
+// D 128 and 256; then a second call bitwise like the first.
 TEST_F(AttnGpu, Fp8ForwardMatchesTheFp8Reference) {
-  const int64_t D = 128;
   struct Fp8Case {
     int64_t b, lq, lkv, hq, hkv;
     bool causal;
+    int64_t d;
   };
-  for (const Fp8Case& c : {Fp8Case{2, 200, 333, 4, 2, false}, Fp8Case{1, 130, 1000, 2, 2, true},
-                           Fp8Case{1, 1, 1, 1, 1, false}, Fp8Case{2, 257, 129, 2, 1, true}}) {
-    const std::string what = str("B", c.b, " Lq", c.lq, " Lkv", c.lkv, " H", c.hq, ":", c.hkv,
-                                 c.causal ? " causal" : "");
+  for (const Fp8Case& c :
+       {Fp8Case{2, 200, 333, 4, 2, false, 128}, Fp8Case{1, 130, 1000, 2, 2, true, 128},
+        Fp8Case{1, 1, 1, 1, 1, false, 128}, Fp8Case{2, 257, 129, 2, 1, true, 128},
+        Fp8Case{1, 190, 300, 2, 1, false, 256}, Fp8Case{1, 300, 300, 2, 2, true, 256}}) {
+    const int64_t D = c.d;
+    const std::string what = str("D", D, " B", c.b, " Lq", c.lq, " Lkv", c.lkv, " H", c.hq, ":",
+                                 c.hkv, c.causal ? " causal" : "");
     // bf16 inputs, head h scaled by 4^h (per-head scales matter), then quantized per head.
     auto quantized = [&](int64_t len, int64_t heads, uint32_t seed, std::vector<float>& descales) {
       Mirrored x = random({c.b, len, heads, D}, DType::kBF16, seed);

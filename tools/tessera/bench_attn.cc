@@ -56,7 +56,8 @@ const char* kDefaultCases =
     "b1_h24_d128_l65536_causal,b1_h24_d128_l16384_fp16,b1_h24_d64_l65536_fp16,"
     "b1_h24_d256_l16384,b1_h24_d256_l16384_causal,b1_h24_d128_l16384_fold4,b4_h24_d128_l4096,"
     "b4_h24_d128_l4096_varlen,b4_h24_d128_l4096_causal,b4_h24_d128_l4096_varlen_causal,"
-    "b16_h32_kv8_d128_l512_varlen_causal,b1_h24_d128_l16384_fp8,b1_h24_d128_l16384_causal_fp8";
+    "b16_h32_kv8_d128_l512_varlen_causal,b1_h24_d128_l16384_fp8,b1_h24_d128_l16384_causal_fp8,"
+    "b1_h24_d256_l16384_fp8";
 
 struct AttnCase {
   std::string name;
