@@ -144,6 +144,40 @@ void write_no_key(const TensorView& o, const TensorView& lse, const Stream& stre
   kernels::launch_merge_rows(zero);
 }
 
+// One forward job over one KV chunk (the varlen and FP8 launches): q, k, o [B', L, H, D], lse
+// [B', H, L] or empty, `batch` the grid's z extent. The caller sets v, the mask and the varlen
+// or FP8 fields.
+LaunchDesc single_forward_launch(const TensorView& q, const TensorView& k, const TensorView& o,
+                                 const TensorView& lse, int64_t batch, float softmax_scale,
+                                 const Stream& stream) {
+  LaunchDesc desc;
+  desc.element = element_of(q.dtype());
+  desc.head_dim = int(q.size(3));
+  desc.batch = batch;
+  desc.heads_q = q.size(2);
+  desc.heads_kv = k.size(2);
+  desc.softmax_scale = softmax_scale;
+  desc.num_jobs = 1;
+  desc.num_kv = 1;
+  kernels::JobLaunch& job = desc.jobs[0];
+  job.q = to_bshd(q);
+  job.o = o.data();
+  job.o_stride_b = o.stride(0);
+  job.o_stride_l = o.stride(1);
+  job.o_stride_h = o.stride(2);
+  if (!lse.empty()) {
+    job.lse = lse.data_as<float>();
+    job.lse_stride_b = lse.stride(0);
+    job.lse_stride_h = lse.stride(1);
+    job.lse_stride_l = lse.stride(2);
+  }
+  job.kv_begin = 0;
+  job.kv_end = 1;
+  desc.kv[0].k = to_bshd(k);
+  desc.cuda_stream = stream.cuda_stream();
+  return desc;
+}
+
 }  // namespace
 
 void cuda_check_supported(const TensorView& t, const char* what, bool is_qkv) {
@@ -285,7 +319,7 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
                            const TensorView& cu_seqlens_q, const TensorView& cu_seqlens_k,
                            int64_t max_seqlen_q, bool causal, float softmax_scale,
                            const TensorView& o, const TensorView& lse, const Stream& stream) {
-  const int64_t batch = cu_seqlens_q.size(0) - 1, heads_q = q.size(2), head_dim = q.size(3);
+  const int64_t batch = cu_seqlens_q.size(0) - 1, head_dim = q.size(3);
   if (batch == 0 || q.size(1) == 0 || max_seqlen_q == 0) return;
   DeviceScope device_scope(stream.device().index);
   if (k.size(1) == 0) {  // no key in any sequence: o = 0, lse = -inf
@@ -293,34 +327,12 @@ void cuda_attention_varlen(const TensorView& q, const TensorView& k, const Tenso
     return;
   }
   const kernels::AttentionLaunchFn launch = launcher_for(q.dtype(), head_dim);
-  LaunchDesc desc;
-  desc.element = element_of(q.dtype());
-  desc.head_dim = int(head_dim);
-  desc.batch = batch;
-  desc.heads_q = heads_q;
-  desc.heads_kv = k.size(2);
-  desc.softmax_scale = softmax_scale;
+  LaunchDesc desc = single_forward_launch(q, k, o, lse, batch, softmax_scale, stream);
   desc.cu_seqlens_q = cu_seqlens_q.data_as<const int32_t>();
   desc.cu_seqlens_k = cu_seqlens_k.data_as<const int32_t>();
   desc.max_seqlen_q = max_seqlen_q;
-  desc.num_jobs = 1;
-  desc.num_kv = 1;
-  kernels::JobLaunch& job = desc.jobs[0];
-  job.q = to_bshd(q);
-  job.o = o.data();
-  job.o_stride_l = o.stride(1);
-  job.o_stride_h = o.stride(2);
-  if (!lse.empty()) {
-    job.lse = lse.data_as<float>();
-    job.lse_stride_h = lse.stride(1);
-    job.lse_stride_l = lse.stride(2);
-  }
-  job.kv_begin = 0;
-  job.kv_end = 1;
-  desc.kv[0].k = to_bshd(k);
   desc.kv[0].v = to_bshd(v);
   desc.kv[0].mask = causal ? MaskSpec::causal_at(0, 0) : MaskSpec::none();  // aligned per sequence
-  desc.cuda_stream = stream.cuda_stream();
   launch(desc);
 }
 
@@ -338,38 +350,14 @@ void cuda_attention_fp8(const TensorView& q, const TensorView& k, const TensorVi
   const kernels::AttentionLaunchFn launch = launcher_for(q.dtype(), head_dim);
   kernels::launch_fp8_transpose_v(to_bshd(v), batch, heads_kv, int(head_dim), workspace.data(),
                                   stream.cuda_stream());
-  LaunchDesc desc;
-  desc.element = ElementType::kE4M3;
-  desc.head_dim = int(head_dim);
-  desc.batch = batch;
-  desc.heads_q = heads_q;
-  desc.heads_kv = heads_kv;
-  desc.softmax_scale = softmax_scale;
+  LaunchDesc desc = single_forward_launch(q, k, o, lse, batch, softmax_scale, stream);
   desc.descale_q = descales.q.data_as<const float>();
   desc.descale_k = descales.k.data_as<const float>();
   desc.descale_v = descales.v.data_as<const float>();
-  desc.num_jobs = 1;
-  desc.num_kv = 1;
-  kernels::JobLaunch& job = desc.jobs[0];
-  job.q = to_bshd(q);
-  job.o = o.data();
-  job.o_stride_b = o.stride(0);
-  job.o_stride_l = o.stride(1);
-  job.o_stride_h = o.stride(2);
-  if (!lse.empty()) {
-    job.lse = lse.data_as<float>();
-    job.lse_stride_b = lse.stride(0);
-    job.lse_stride_h = lse.stride(1);
-    job.lse_stride_l = lse.stride(2);
-  }
-  job.kv_begin = 0;
-  job.kv_end = 1;
   const int64_t vt_len = kernels::fp8_vt_len(k.size(1));
-  desc.kv[0].k = to_bshd(k);
   desc.kv[0].v = {workspace.data(), vt_len, heads_kv * head_dim * vt_len, vt_len,
                   head_dim * vt_len};
   desc.kv[0].mask = mask;
-  desc.cuda_stream = stream.cuda_stream();
   launch(desc);
 }
 
