@@ -8,11 +8,28 @@
 #include <string>
 #include <vector>
 
+#include "attn/arg_checks.h"
 #include "attn/attention_backend.h"
 #include "tessera/attn/reference.h"
 #include "tessera/core/error.h"
 
 namespace tessera::attn {
+
+namespace detail {
+
+void check_on_stream(const TensorView& t, const Stream& stream, std::string_view what) {
+  const Device want = stream.backend() == Backend::kCpu ? Device::cpu() : stream.device();
+  TESSERA_CHECK_ARG(t.device() == want, what, " = ", t.to_string(), " is on ",
+                    t.device().to_string(), ": expected ", want.to_string(),
+                    " (the stream's device)");
+}
+
+void check_softmax_scale(float softmax_scale) {
+  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
+                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -22,13 +39,7 @@ bool is_float_dtype(DType d) {
   return d == DType::kF32 || d == DType::kBF16 || d == DType::kF16;
 }
 
-// The device every tensor of a call must be on: the stream's.
-void check_on_stream(const TensorView& t, const Stream& stream, const std::string& what) {
-  Device want = stream.backend() == Backend::kCpu ? Device::cpu() : stream.device();
-  TESSERA_CHECK_ARG(t.device() == want, what, " = ", t.to_string(), " is on ",
-                    t.device().to_string(), ": expected ", want.to_string(),
-                    " (the stream's device)");
-}
+using detail::check_on_stream;
 
 // A [B, L, H, D] tensor with unit stride in D and a supported float dtype.
 void check_bshd(const TensorView& t, const std::string& what) {
@@ -54,11 +65,6 @@ void check_same_shape(const TensorView& t, const TensorView& like, const std::st
   for (int d = 0; same && d < t.ndim(); ++d) same = t.size(d) == like.size(d);
   TESSERA_CHECK_ARG(same, what, " = ", t.to_string(), ": expected the shape of ", like_name, " = ",
                     like.to_string());
-}
-
-void check_scale(float softmax_scale) {
-  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
-                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
 }
 
 void check_supported_on_backend(const TensorView& t, const Stream& stream, const std::string& what,
@@ -257,7 +263,7 @@ void forward(const TensorView& q, const TensorView& k, const TensorView& v, cons
 
 void forward(const TensorView& q, std::span<const KvChunk> kv, const TensorView& o,
              const TensorView& lse, float softmax_scale, const Stream& stream) {
-  check_scale(softmax_scale);
+  detail::check_softmax_scale(softmax_scale);
   check_q_and_chunks(q, kv, stream, "");
   check_bshd(o, "o");
   check_same_shape(o, q, "o", "q");
@@ -305,7 +311,7 @@ void accumulate(const TensorView& q, std::span<const KvChunk> kv, const AttnStat
 }
 
 void accumulate(std::span<const AccumulateJob> jobs, float softmax_scale, const Stream& stream) {
-  check_scale(softmax_scale);
+  detail::check_softmax_scale(softmax_scale);
   std::vector<detail::AttentionJob> validated;
   validated.reserve(jobs.size());
   for (size_t j = 0; j < jobs.size(); ++j) {

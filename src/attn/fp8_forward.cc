@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "attn/arg_checks.h"
 #include "attn/attention_backend.h"
 #include "attn/fp8_checks.h"
 #include "tessera/attn/fp8.h"
@@ -14,16 +15,7 @@ namespace tessera::attn {
 
 namespace {
 
-Device device_of(const Stream& stream) {
-  return stream.backend() == Backend::kCpu ? Device::cpu() : stream.device();
-}
-
-void check_on(const TensorView& t, const Stream& stream, const char* what) {
-  const Device want = device_of(stream);
-  TESSERA_CHECK_ARG(t.device() == want, what, " = ", t.to_string(), " is on ",
-                    t.device().to_string(), ": expected ", want.to_string(),
-                    " (the stream's device)");
-}
+using detail::check_on_stream;
 
 // fp8_e4m3 [B, L, H, D], unit stride in D, on the stream's device.
 void check_fp8_bshd(const TensorView& t, const Stream& stream, const char* what) {
@@ -32,7 +24,7 @@ void check_fp8_bshd(const TensorView& t, const Stream& stream, const char* what)
                     ": expected fp8_e4m3");
   TESSERA_CHECK_ARG(t.size(3) <= 1 || t.stride(3) == 1, what, " = ", t.to_string(), " has stride ",
                     t.stride(3), " in D: expected 1");
-  check_on(t, stream, what);
+  check_on_stream(t, stream, what);
 }
 
 // f32 [heads], contiguous, on the stream's device.
@@ -41,7 +33,7 @@ void check_descale(const TensorView& t, int64_t heads, const Stream& stream, con
                         (heads <= 1 || t.stride(0) == 1),
                     what, " = ", t.to_string(), ": expected contiguous f32[", heads,
                     "] (one descale a head)");
-  check_on(t, stream, what);
+  check_on_stream(t, stream, what);
 }
 
 std::vector<float> to_vector(const TensorView& t) {
@@ -73,13 +65,13 @@ void forward_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
                     "o = ", o.to_string(), ": expected the shape of q = ", q.to_string());
   TESSERA_CHECK_ARG(o.size(3) <= 1 || o.stride(3) == 1, "o = ", o.to_string(), " has stride ",
                     o.stride(3), " in D: expected 1");
-  check_on(o, stream, "o");
+  check_on_stream(o, stream, "o");
   if (!lse.empty()) {
     TESSERA_CHECK_ARG(lse.dtype() == DType::kF32 && lse.ndim() == 3 && lse.size(0) == q.size(0) &&
                           lse.size(1) == q.size(2) && lse.size(2) == q.size(1),
                       "lse = ", lse.to_string(), ": expected f32[", q.size(0), ", ", q.size(2),
                       ", ", q.size(1), "] ([B, Hq, Lq])");
-    check_on(lse, stream, "lse");
+    check_on_stream(lse, stream, "lse");
   }
 
   if (stream.backend() == Backend::kCpu) {
@@ -98,7 +90,7 @@ void forward_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
        {std::pair{q, "q"}, std::pair{k, "k"}, std::pair{v, "v"}, std::pair{o, "o"}})
     detail::cuda_check_supported(t, name, false);
   const int64_t need = fp8_workspace_bytes(v, stream);
-  check_on(workspace, stream, "workspace");
+  check_on_stream(workspace, stream, "workspace");
   TESSERA_CHECK_ARG(workspace.numel() * int64_t(workspace.element_size()) >= need &&
                         (workspace.numel() == 0 || workspace.is_contiguous()),
                     "workspace = ", workspace.to_string(), ": expected at least ", need,

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <string>
 
+#include "attn/arg_checks.h"
 #include "attn/fp8_checks.h"
 #include "tessera/attn/reference.h"
 #include "tessera/core/buffer.h"
@@ -105,8 +106,7 @@ namespace detail {
 
 void check_fp8_operands(const TensorView& q, const TensorView& k, const TensorView& v,
                         const MaskSpec& mask, float softmax_scale) {
-  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
-                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
+  check_softmax_scale(softmax_scale);
   for (int d = 0; d < 4; ++d)
     TESSERA_CHECK_ARG(v.size(d) == k.size(d), "v = ", v.to_string(),
                       ": expected the shape of k = ", k.to_string());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "attn/arg_checks.h"
 #include "attn/attention_backend.h"
 #include "attn/varlen_checks.h"
 #include "tessera/attn/varlen.h"
@@ -15,24 +16,18 @@ namespace {
 
 // [total, H, D] with unit stride in D, on the stream's device.
 void check_packed_on(const TensorView& t, const Stream& stream, const char* what) {
-  const Device want = stream.backend() == Backend::kCpu ? Device::cpu() : stream.device();
   TESSERA_CHECK_ARG(t.ndim() == 3, what, " = ", t.to_string(), ": expected [total, H, D]");
   TESSERA_CHECK_ARG(t.size(2) <= 1 || t.stride(2) == 1, what, " = ", t.to_string(), " has stride ",
                     t.stride(2), " in D: expected 1");
-  TESSERA_CHECK_ARG(t.device() == want, what, " = ", t.to_string(), " is on ",
-                    t.device().to_string(), ": expected ", want.to_string(),
-                    " (the stream's device)");
+  detail::check_on_stream(t, stream, what);
 }
 
 // i32 [B + 1], unit stride, on the stream's device.
 void check_cu_seqlens_on(const TensorView& cu, const Stream& stream, const char* what) {
-  const Device want = stream.backend() == Backend::kCpu ? Device::cpu() : stream.device();
   TESSERA_CHECK_ARG(cu.dtype() == DType::kI32 && cu.ndim() == 1 && cu.size(0) >= 1 &&
                         (cu.size(0) == 1 || cu.stride(0) == 1),
                     what, " = ", cu.to_string(), ": expected contiguous i32[B + 1]");
-  TESSERA_CHECK_ARG(cu.device() == want, what, " = ", cu.to_string(), " is on ",
-                    cu.device().to_string(), ": expected ", want.to_string(),
-                    " (the stream's device)");
+  detail::check_on_stream(cu, stream, what);
 }
 
 
@@ -56,10 +51,7 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
                       "lse = ", lse.to_string(), ": expected f32[", q.size(1), ", ", q.size(0),
                       "] [Hq, total_q]");
     check_dtype(lse, DType::kF32, "lse");
-    const Device want = stream.backend() == Backend::kCpu ? Device::cpu() : stream.device();
-    TESSERA_CHECK_ARG(lse.device() == want, "lse = ", lse.to_string(), " is on ",
-                      lse.device().to_string(), ": expected ", want.to_string(),
-                      " (the stream's device)");
+    detail::check_on_stream(lse, stream, "lse");
   }
 
   if (stream.backend() == Backend::kCpu) {
@@ -77,8 +69,7 @@ void forward_varlen(const TensorView& q, const TensorView& k, const TensorView& 
     return;
   }
 #ifdef TESSERA_WITH_CUDA
-  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
-                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
+  detail::check_softmax_scale(softmax_scale);
   detail::check_packed_operands(q, k, v);
   TESSERA_CHECK_ARG(cu_seqlens_k.size(0) == cu_seqlens_q.size(0), "cu_seqlens_k has ",
                     cu_seqlens_k.size(0), " entries: expected ", cu_seqlens_q.size(0),

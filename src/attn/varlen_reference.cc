@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attn/arg_checks.h"
 #include "attn/varlen_checks.h"
 #include "tessera/core/error.h"
 
@@ -84,8 +85,7 @@ VarlenReferenceResult reference_attention_varlen(
     const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& cu_seqlens_q,
     const TensorView& cu_seqlens_k, int64_t max_seqlen_q, int64_t max_seqlen_k, bool causal,
     float softmax_scale, ReferencePrecision precision) {
-  TESSERA_CHECK_ARG(std::isfinite(softmax_scale) && softmax_scale > 0,
-                    "softmax_scale = ", softmax_scale, ": expected a finite value > 0");
+  detail::check_softmax_scale(softmax_scale);
   check_packed(q, "q");
   check_packed(k, "k");
   check_packed(v, "v");

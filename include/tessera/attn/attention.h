@@ -26,8 +26,9 @@
 //
 // cuda backend limits (checked, kUnsupported otherwise): bf16 or fp16 q/k/v (FP8: fp8.h's
 // forward_fp8), D in {64, 128, 256}, every base pointer 16-byte aligned and every stride
-// except D's a multiple of 16 bytes (TMA's rule), for q, k, v, o, state.o and final_o; o and final_o have q's dtype. The cpu
-// backend also takes f32 q/k/v/o and any D. Kernels and measurements: docs/attention-kernels.md.
+// except D's a multiple of 16 bytes (TMA's rule), for q, k, v, o, state.o and final_o; o and
+// final_o have q's dtype. The cpu backend also takes f32 q/k/v/o and any D. Kernels and
+// measurements: docs/attention-kernels.md.
 #pragma once
 
 #include <cstdint>

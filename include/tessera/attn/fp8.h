@@ -62,9 +62,9 @@ int64_t fp8_workspace_bytes(const TensorView& v, const Stream& stream);
 // o = attention of fp8_e4m3 q [B, Lq, Hq, D] over fp8_e4m3 k, v [B, Lkv, Hkv, D] with
 // per-head descales (the scores are softmax_scale * descale_q * descale_k * <q8, k8>; the output
 // is scaled by descale_v), `mask` as attention.h's forward; lse f32 [B, Hq, Lq] or empty.
-// cuda: o bf16, D 128 or 256, the layout rules of attention.h (16-byte aligned bases and strides), a
-// workspace of at least fp8_workspace_bytes (any dtype, 16-byte aligned, on the stream's
-// device; its contents are overwritten); P is rounded to e4m3 before the PV product, as
+// cuda: o bf16, D 128 or 256, the layout rules of attention.h (16-byte aligned bases and
+// strides), a workspace of at least fp8_workspace_bytes (any dtype, 16-byte aligned, on the
+// stream's device; its contents are overwritten); P is rounded to e4m3 before the PV product, as
 // FlashAttention-3 does, so the result differs from reference_attention_fp8 by that rounding.
 // cpu: reference_attention_fp8 (o bf16, f16 or f32; workspace ignored, may be empty).
 void forward_fp8(const TensorView& q, const TensorView& k, const TensorView& v,
