@@ -47,14 +47,17 @@ __device__ inline float warp_sum(float v) {
 
 // Row of token t of sequence `seq` in a cache of the layout P's fields describe (page_table,
 // pages_per_seq, num_pages, page_size for a paged cache; context_stride for a contiguous one),
-// the page index checked.
+// the page index checked. Positions fit in 32 bits, and a power-of-two page size (the usual
+// 16) needs no division.
 template <typename P>
 __device__ inline int64_t cache_row_of(const P& p, int seq, int64_t t) {
   if (p.page_table == nullptr) return int64_t(seq) * p.context_stride + t;
-  const int64_t slot = t / p.page_size;
+  const int pos = int(t), page_size = int(p.page_size);
+  const bool pow2 = (page_size & (page_size - 1)) == 0;
+  const int slot = pow2 ? pos >> (__ffs(page_size) - 1) : pos / page_size;
   const int32_t page = p.page_table[int64_t(seq) * p.pages_per_seq + slot];
   if (page < 0 || page >= p.num_pages) bad_page(seq, slot, page, p.num_pages);
-  return int64_t(page) * p.page_size + t % p.page_size;
+  return int64_t(page) * page_size + (pow2 ? pos & (page_size - 1) : pos % page_size);
 }
 
 }  // namespace tessera::decode::kernels

@@ -1,12 +1,13 @@
 // The unfused decode kernels of unfused_launch.h.
 //
-// split_kv_attention: grid (splits, Hkv, B), 4 warps. CTA (s, g, b) takes the tokens
-// [s * chunk, (s + 1) * chunk) of [0, p_b] (the new token is already in the cache) for the G
-// query heads of KV head g. Its keys and values arrive in shared memory 32 tokens at a time
-// (cp.async, double-buffered); a warp takes 8 tokens of each, four lanes a token for the
-// scores, an online softmax in the log2 domain, then a lane per D/32 dimensions for the values;
-// the warps merge in order, then the split's (o, lse) go to the workspace. merge_splits adds the
-// splits of each (b, h) in split order (deterministic).
+// split-KV attention: grid (splits, Hkv, B); CTA (s, g, b) takes the tokens [s * chunk,
+// (s + 1) * chunk) of [0, p_b] (the new token is already in the cache) for the G query heads of
+// KV head g and writes the split's (o, lse) to the workspace. At head dimensions 64 and 128 the
+// tensor-core kernel of split_kv_mma.cuh; at 256 split_kv_kernel below: keys and values arrive
+// in shared memory 32 tokens at a time (cp.async, double-buffered), a warp takes 8 tokens of
+// each, four lanes a token for the scores, an online softmax in the log2 domain, then a lane per
+// D/32 dimensions for the values; the warps merge in order. merge_splits adds the splits of each
+// (b, h) in split order (deterministic).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -15,6 +16,8 @@
 #include <type_traits>
 
 #include "cluster/cluster_collectives.cuh"
+#include "decode/decode_device.cuh"
+#include "decode/split_kv_mma.cuh"
 #include "decode/unfused_launch.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -22,11 +25,6 @@ namespace tessera::decode::kernels {
 namespace {
 
 namespace cl = tessera::cluster;
-constexpr float kNegInf = -__builtin_huge_valf();
-
-__device__ inline float rescale(float m, float m_max) {
-  return m == kNegInf ? 0.f : exp2f(m - m_max);
-}
 
 // N consecutive elements (N * sizeof(T) of 4, 8 or 16 bytes, aligned to it) as floats.
 template <typename T, int N>
@@ -43,23 +41,7 @@ __device__ inline void load_n(const T* src, float (&f)[N]) {
 template <typename T>
 __device__ const T* cache_row(const UnfusedDecodeParams& p, const void* cache, int b, int64_t t,
                               int kv_head) {
-  int64_t row;
-  if (p.page_table != nullptr) {
-    // Positions fit in 32 bits; a power-of-two page size (the usual 16) needs no division.
-    const int pos = int(t), page_size = int(p.page_size);
-    const bool pow2 = (page_size & (page_size - 1)) == 0;
-    const int slot = pow2 ? pos >> (__ffs(page_size) - 1) : pos / page_size;
-    const int offset = pow2 ? pos & (page_size - 1) : pos % page_size;
-    const int32_t page = p.page_table[b * p.pages_per_seq + slot];
-    if (page < 0 || page >= p.num_pages) {
-      printf("tessera decode: page_table[%d][%d] = %d is outside [0, %lld)\n", b, slot, page,
-             static_cast<long long>(p.num_pages));
-      __trap();
-    }
-    row = int64_t{page} * page_size + offset;
-  } else {
-    row = int64_t{b} * p.context_stride + t;
-  }
+  const int64_t row = cache_row_of(p, b, t);
   return static_cast<const T*>(cache) + (row * p.num_kv_heads + kv_head) * p.head_dim;
 }
 
@@ -188,7 +170,7 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
   float m[kGroupMax], l[kGroupMax], o[kGroupMax][kDims];
 #pragma unroll
   for (int h = 0; h < kGroupMax; ++h) {
-    m[h] = kNegInf;
+    m[h] = kNoKey;
     l[h] = 0.f;
 #pragma unroll
     for (int e = 0; e < kDims; ++e) o[h][e] = 0.f;
@@ -239,7 +221,7 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
 #pragma unroll
       for (int off = G::kWarpTokens; off < 32; off *= 2)
         s[h] += __shfl_xor_sync(0xffffffffu, s[h], off);
-      float tile_max = valid ? s[h] : kNegInf;
+      float tile_max = valid ? s[h] : kNoKey;
 #pragma unroll
       for (int off = G::kWarpTokens / 2; off > 0; off /= 2)
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
@@ -286,7 +268,7 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
   float mm[kGroupMax], ll[kGroupMax];
 #pragma unroll
   for (int h = 0; h < kGroupMax; ++h) {
-    mm[h] = kNegInf;
+    mm[h] = kNoKey;
     for (int w = 0; w < kWarps; ++w) mm[h] = fmaxf(mm[h], warp_ml[w][h][0]);
     ll[h] = 0.f;
     for (int w = 0; w < kWarps; ++w) ll[h] += warp_ml[w][h][1] * rescale(warp_ml[w][h][0], mm[h]);
@@ -310,89 +292,121 @@ __global__ void __launch_bounds__(128) split_kv_kernel(UnfusedDecodeParams p) {
     const int h = i / D, d = i % D;
     const int64_t bh = int64_t(b) * p.num_heads + kv_head * group + h;
     p.partial_o[(bh * p.splits + split) * D + d] = ll[h] > 0.f ? acc[h][d] / ll[h] : 0.f;
-    if (d == 0) p.partial_lse[bh * p.splits + split] = ll[h] > 0.f ? mm[h] + log2f(ll[h]) : kNegInf;
+    if (d == 0) p.partial_lse[bh * p.splits + split] = ll[h] > 0.f ? mm[h] + log2f(ll[h]) : kNoKey;
   }
 }
 
-// The merge's shared weights, padded by one group of eight: the split loop below, unrolled by
-// eight, reads them 16 bytes at a time, and its machine code reads the next group before the
-// loop's exit test (memcheck reported 16-byte reads at index `splits`, while the PTX stays in
-// bounds). The padding is zero and never weighs anything.
-__host__ __device__ constexpr int merge_weight_slots(int splits) { return (splits + 7) / 8 * 8 + 8; }
-
-// o[b, h] = sum over splits of o_s * 2^(lse_s - lse), lse = log2 sum 2^lse_s; in split order.
-// The splits' lse values arrive in shared memory in parallel and one thread turns them into
-// weights (its loop reads shared memory, not global: at 33 splits the serial global reads cost
-// more than the merge itself); then each thread adds its dimensions' partial outputs in split
-// order with eight loads in flight.
-template <typename T>
-__global__ void __launch_bounds__(128) merge_splits_kernel(UnfusedDecodeParams p) {
-  extern __shared__ float weight_s[];  // [merge_weight_slots(splits)]: lse, then 2^(lse - max)
-  __shared__ float denom_s;
-  const int64_t bh = blockIdx.x;
-  const int splits = p.splits, D = p.head_dim;
-  for (int s = threadIdx.x; s < merge_weight_slots(splits); s += blockDim.x)
-    weight_s[s] = s < splits ? p.partial_lse[bh * splits + s] : 0.f;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float mx = kNegInf;
-    for (int s = 0; s < splits; ++s) mx = fmaxf(mx, weight_s[s]);
-    float denom = 0;
-    for (int s = 0; s < splits; ++s) {
-      weight_s[s] = rescale(weight_s[s], mx);
-      denom += weight_s[s];
+// o[b, h] = sum over splits of o_s * 2^(lse_s - lse), lse = log2 sum 2^lse_s, in split order.
+// A warp a (b, h), a lane D / 32 columns: the lanes read the splits' lse and reduce their
+// maximum and sum by shuffles, and each split's weight reaches every lane by a shuffle from the
+// lane that read it. The partial rows arrive 16 splits at a time, the first batch issued before
+// the weights are known (at 32 splits: 2.3 us against 4.3 for a CTA a row whose one thread
+// turned the lse values into weights, H200).
+template <typename T, int D>
+__global__ void __launch_bounds__(64) merge_splits_kernel(UnfusedDecodeParams p) {
+  // kBatch divides 32, so a batch's weights are held by one group of 32 lanes.
+  constexpr int kCols = D / 32, kBatch = 16;
+  const int64_t bh = int64_t(blockIdx.x) * 2 + threadIdx.x / 32;
+  if (bh >= int64_t(p.batch) * p.num_heads) return;
+  const int lane = threadIdx.x % 32, splits = p.splits;
+  const float* lse = p.partial_lse + bh * splits;
+  const float* partial = p.partial_o + bh * splits * D + lane * kCols;
+  float v[kBatch][kCols];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      if (s0 + u >= splits) break;
+#pragma unroll
+      for (int q = 0; q < kCols; q += 2) {
+        const float2 x = *reinterpret_cast<const float2*>(partial + int64_t(s0 + u) * D + q);
+        v[u][q] = x.x;
+        v[u][q + 1] = x.y;
+      }
     }
-    denom_s = denom;
+  };
+  load_batch(0);
+  float mx = kNoKey;
+  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, lse[s]);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  float denom = 0;
+  for (int s = lane; s < splits; s += 32) denom += rescale(lse[s], mx);
+  denom = warp_sum(denom);
+  float acc[kCols] = {};
+  for (int s0 = 0; s0 < splits; s0 += kBatch) {
+    if (s0 > 0) load_batch(s0);
+    const int mine = s0 / 32 * 32 + lane;  // the split whose weight this lane holds
+    const float w_lane = mine < splits ? rescale(lse[mine], mx) : 0.f;
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const float w = __shfl_sync(0xffffffffu, w_lane, (s0 + u) % 32);
+      if (s0 + u >= splits) break;
+#pragma unroll
+      for (int q = 0; q < kCols; ++q) acc[q] = fmaf(w, v[u][q], acc[q]);
+    }
   }
-  __syncthreads();
-  const float denom = denom_s;
-  const float* partial = p.partial_o + bh * splits * D;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float acc = 0;
-#pragma unroll 8
-    for (int s = 0; s < splits; ++s) acc += weight_s[s] * partial[int64_t(s) * D + d];
-    static_cast<T*>(p.o)[bh * D + d] = cl::from_f32<T>(denom > 0.f ? acc / denom : 0.f);
-  }
+  T* out = static_cast<T*>(p.o) + bh * D + lane * kCols;
+#pragma unroll
+  for (int q = 0; q < kCols; ++q) out[q] = cl::from_f32<T>(denom > 0.f ? acc[q] / denom : 0.f);
 }
 
-template <typename T, int D, int kGroupMax>
-void launch_split_kv(const UnfusedDecodeParams& p, dim3 grid, cudaStream_t s) {
-  constexpr size_t smem = SplitKvTiles<T, D>::kSmemBytes;
-  auto kernel = split_kv_kernel<T, D, kGroupMax>;
-  // The dynamic shared-memory limit is raised once per device.
-  static std::atomic<uint64_t> raised_on_devices{0};
+// The split-KV kernel for (T, head_dim, group) with its block size and dynamic shared memory,
+// the shared-memory limit raised once per device.
+struct SplitKvLaunch {
+  void (*kernel)(UnfusedDecodeParams) = nullptr;
+  int threads = 0;
+  size_t smem = 0;
+};
+
+template <typename Kernel>
+SplitKvLaunch prepared(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& raised) {
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = uint64_t(1) << (device & 63);
-  if ((raised_on_devices.load(std::memory_order_acquire) & bit) == 0) {
+  if ((raised.load(std::memory_order_acquire) & bit) == 0) {
     TESSERA_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    raised_on_devices.fetch_or(bit, std::memory_order_acq_rel);
+    raised.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<grid, 128, smem, s>>>(p);
+  return {kernel, threads, smem};
+}
+
+// The tensor-core kernel: four warps, two 64-token buffers (measured on an H200 against eight
+// warps and three buffers: docs/PERF.md, "Split-KV decode on tensor cores").
+template <typename T, int D>
+SplitKvLaunch mma_launch() {
+  using G = split_kv_mma::Geometry<T, D, 4, 2>;
+  static std::atomic<uint64_t> raised{0};
+  return prepared(split_kv_mma::split_kv_mma_kernel<T, D, 4, 2>, G::kThreads, G::kSmemBytes,
+                  raised);
+}
+
+template <typename T, int D, int kGroupMax>
+SplitKvLaunch cuda_core_launch() {
+  static std::atomic<uint64_t> raised{0};
+  return prepared(split_kv_kernel<T, D, kGroupMax>, 128, SplitKvTiles<T, D>::kSmemBytes, raised);
 }
 
 template <typename T>
-void launch_attention_typed(const UnfusedDecodeParams& p, cudaStream_t s) {
-  const dim3 grid(p.splits, p.num_kv_heads, p.batch);
-  const bool small_group = p.num_heads / p.num_kv_heads <= 4;
+SplitKvLaunch split_kv_launch(int head_dim, int group) {
+  if (head_dim == 64) return mma_launch<T, 64>();
+  if (head_dim == 128) return mma_launch<T, 128>();
+  return group <= 4 ? cuda_core_launch<T, 256, 4>() : cuda_core_launch<T, 256, 16>();
+}
+
+SplitKvLaunch split_kv_launch(Element element, int head_dim, int group) {
+  return element == Element::kBF16 ? split_kv_launch<__nv_bfloat16>(head_dim, group)
+                                   : split_kv_launch<__half>(head_dim, group);
+}
+
+template <typename T>
+void launch_merge(const UnfusedDecodeParams& p, cudaStream_t s) {
+  const unsigned grid = unsigned((int64_t(p.batch) * p.num_heads + 1) / 2);
   switch (p.head_dim) {
-    case 64:
-      small_group ? launch_split_kv<T, 64, 4>(p, grid, s) : launch_split_kv<T, 64, 16>(p, grid, s);
-      break;
-    case 128:
-      small_group ? launch_split_kv<T, 128, 4>(p, grid, s)
-                  : launch_split_kv<T, 128, 16>(p, grid, s);
-      break;
-    default:
-      small_group ? launch_split_kv<T, 256, 4>(p, grid, s)
-                  : launch_split_kv<T, 256, 16>(p, grid, s);
-      break;
+    case 64: merge_splits_kernel<T, 64><<<grid, 64, 0, s>>>(p); break;
+    case 128: merge_splits_kernel<T, 128><<<grid, 64, 0, s>>>(p); break;
+    default: merge_splits_kernel<T, 256><<<grid, 64, 0, s>>>(p); break;
   }
-  TESSERA_CUDA_CHECK_LAUNCH();
-  merge_splits_kernel<T><<<p.batch * p.num_heads, 128, size_t(merge_weight_slots(p.splits)) * sizeof(float),
-                          s>>>(p);
-  TESSERA_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -422,10 +436,22 @@ void launch_rope_append(const UnfusedDecodeParams& p, void* stream) {
 
 void launch_split_kv_attention(const UnfusedDecodeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  const SplitKvLaunch l = split_kv_launch(p.element, p.head_dim, p.num_heads / p.num_kv_heads);
+  l.kernel<<<dim3(p.splits, p.num_kv_heads, p.batch), l.threads, l.smem, s>>>(p);
+  TESSERA_CUDA_CHECK_LAUNCH();
   if (p.element == Element::kBF16)
-    launch_attention_typed<__nv_bfloat16>(p, s);
+    launch_merge<__nv_bfloat16>(p, s);
   else
-    launch_attention_typed<__half>(p, s);
+    launch_merge<__half>(p, s);
+  TESSERA_CUDA_CHECK_LAUNCH();
+}
+
+int split_kv_ctas_per_multiprocessor(Element element, int head_dim, int group) {
+  const SplitKvLaunch l = split_kv_launch(element, head_dim, group);
+  int ctas = 0;
+  TESSERA_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, l.kernel, l.threads, l.smem));
+  return ctas;
 }
 
 }  // namespace tessera::decode::kernels

@@ -46,5 +46,8 @@ void launch_rope_append(const UnfusedDecodeParams& p, void* cuda_stream);
 // o = attention of q over each sequence's cache [0, positions[b]], split over `splits` CTAs
 // per (sequence, KV head) and merged in split order.
 void launch_split_kv_attention(const UnfusedDecodeParams& p, void* cuda_stream);
+// How many CTAs of launch_split_kv_attention's kernel for these shapes fit on a multiprocessor
+// at once (the wave the split rule, src/decode/split_kv_rule.h, fills).
+int split_kv_ctas_per_multiprocessor(Element element, int head_dim, int group);
 
 }  // namespace tessera::decode::kernels

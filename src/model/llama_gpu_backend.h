@@ -34,6 +34,8 @@ struct SplitKvAttention {
 void cuda_split_kv_attention(const SplitKvAttention& args, const Stream& stream);
 // Whether the split-KV kernel takes head_dim with `group` query heads per KV head.
 bool cuda_split_kv_supported(int head_dim, int group);
+// How many of its CTAs fit on a multiprocessor at once (on the current device).
+int cuda_split_kv_ctas_per_multiprocessor(DType dtype, int head_dim, int group);
 int cuda_sm_count(int device);
 
 // A captured sequence of work on one stream, replayed with its arguments as they were.

@@ -160,6 +160,7 @@ struct LlamaGpuModel::Impl {
   };
   std::map<int64_t, FusedDecode> fused;  // by batch size
   int sm_count = 1;
+  int64_t split_kv_wave = 1;  // CTAs of the split-KV kernel resident at once (split_kv_rule.h)
 };
 
 }  // namespace tessera::model

@@ -10,6 +10,7 @@
 
 #include "model/greedy.h"
 #include "model/llama_gpu_backend.h"
+#include "decode/split_kv_rule.h"
 #include "model/llama_gpu_impl.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
@@ -89,6 +90,8 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
   device = Device::cuda(o.device);
   stream = Stream::create_cuda(o.device);
   sm_count = detail::cuda_sm_count(o.device);
+  split_kv_wave = int64_t(sm_count) *
+                  detail::cuda_split_kv_ctas_per_multiprocessor(o.dtype, int(d), int(group));
   const int64_t cw = shapes.hidden, qw = shapes.q_width(), kvw = shapes.kv_width();
   const int64_t f = shapes.intermediate, v = shapes.vocab;
   qkv_width = qw + 2 * kvw;
@@ -167,13 +170,7 @@ Tensor LlamaGpuModel::Impl::upload(const Bits& bits, std::initializer_list<int64
 }
 
 int LlamaGpuModel::Impl::splits_for(int64_t batch) const {
-  // Enough (sequence, KV head, split) CTAs for four waves, splits of at least 128 positions.
-  // H200, context 4096 (docs/PERF.md, 2026-11-28, trees with other decode changes since
-  // reverted): batch 16 took 9-10% less per token with four waves than two (5 splits, not 3);
-  // batch 1 was fastest at 33 splits of the 33, 66 and 132 tried, which the floor keeps (32).
-  const int64_t ctas = batch * shapes.kv_heads;
-  return int(std::clamp<int64_t>((4 * sm_count + ctas - 1) / ctas, 1,
-                                 std::max<int64_t>(1, opts.max_context / 128)));
+  return int(decode::split_kv_splits(batch, shapes.kv_heads, opts.max_context, split_kv_wave));
 }
 
 const gemm::Gemm& LlamaGpuModel::Impl::linear(LinearKind kind, int64_t m) {

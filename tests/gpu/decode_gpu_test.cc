@@ -92,11 +92,13 @@ class DecodeGpu : public ::testing::Test {
     stream_.synchronize();
   }
 
-  // Pages of a paged cache for `batch` sequences: kMaxContext's worth each, and a few spare.
-  static int64_t cache_pages(int64_t batch) { return batch * (kMaxContext / kPageSize) + 3; }
-  // A shuffled page table: each sequence owns kMaxContext's worth of scattered pages.
+  // The planned maximum context of the steps below (kMaxContext unless a test sets more).
+  int64_t max_context_ = kMaxContext;
+  // Pages of a paged cache for `batch` sequences: max_context_'s worth each, and a few spare.
+  int64_t cache_pages(int64_t batch) const { return batch * (max_context_ / kPageSize) + 3; }
+  // A shuffled page table: each sequence owns max_context_'s worth of scattered pages.
   Pair page_table(int64_t batch, uint32_t seed) {
-    const int64_t pages_per_seq = kMaxContext / kPageSize, num_pages = cache_pages(batch);
+    const int64_t pages_per_seq = max_context_ / kPageSize, num_pages = cache_pages(batch);
     Pair table{Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cpu()),
                Tensor::empty({batch, pages_per_seq}, DType::kI32, Device::cuda(0))};
     std::vector<int32_t> pages(num_pages);
@@ -106,11 +108,12 @@ class DecodeGpu : public ::testing::Test {
     upload(table);
     return table;
   }
-  // Ragged positions below kMaxContext, 0 among them.
+  // Ragged positions below max_context_, 0 among them.
   Pair ragged_positions(int64_t batch) {
     Pair pos{Tensor::empty({batch}, DType::kI32, Device::cpu()), Tensor::empty({batch}, DType::kI32, Device::cuda(0))};
     const int32_t ragged[] = {130, 0, 37, 255, 16, 1, 200, 64, 15, 17, 99, 128, 31, 33, 250, 7};
-    for (int64_t b = 0; b < batch; ++b) pos.host.data_as<int32_t>()[b] = ragged[b % 16];
+    for (int64_t b = 0; b < batch; ++b)
+      pos.host.data_as<int32_t>()[b] = int32_t(ragged[b % 16] * (max_context_ / kMaxContext));
     upload(pos);
     return pos;
   }
@@ -190,11 +193,11 @@ class DecodeGpu : public ::testing::Test {
     cudaGraphDestroy(graph);
   }
 
-  // A step's cache: [cache_pages, page size, heads, width] paged, else [batch, kMaxContext,
+  // A step's cache: [cache_pages, page size, heads, width] paged, else [batch, max_context_,
   // heads, width].
-  static std::vector<int64_t> cache_shape(bool paged, int64_t batch, int64_t heads, int64_t width) {
+  std::vector<int64_t> cache_shape(bool paged, int64_t batch, int64_t heads, int64_t width) const {
     return paged ? std::vector<int64_t>{cache_pages(batch), kPageSize, heads, width}
-                 : std::vector<int64_t>{batch, kMaxContext, heads, width};
+                 : std::vector<int64_t>{batch, max_context_, heads, width};
   }
   Tensor host_copy(const Tensor& t) {  // of a host tensor
     Tensor copy = host_like(t);
@@ -230,12 +233,15 @@ class DecodeGpu : public ::testing::Test {
   }
 
   // One step on the GPU and on the reference; checks the output and the caches.
-  void check_step(const ModelConfig& m, const Weights& w, int64_t batch, bool paged, int cluster) {
+  void check_step(const ModelConfig& m, const Weights& w, int64_t batch, bool paged, int cluster,
+                  DecodeImpl impl = DecodeImpl::kFused) {
     SCOPED_TRACE(::testing::Message() << m.name << " batch " << batch << (paged ? " paged" : " contiguous")
-                                      << " cluster " << cluster);
-    AttentionBlockOptions o{m, batch, kMaxContext, kBf16, paged, kPageSize, Device::cuda(0),
-                            DecodeImpl::kFused, cluster};
+                                      << " cluster " << cluster << " max context " << max_context_
+                                      << (impl == DecodeImpl::kUnfused ? " unfused" : " fused"));
+    AttentionBlockOptions o{m, batch, max_context_, kBf16, paged, kPageSize, Device::cuda(0),
+                            impl, cluster};
     AttentionBlock block(o);
+    ASSERT_EQ(block.impl(), impl);
     const std::vector<int64_t> shape = cache_shape(paged, batch, m.num_kv_heads, m.head_dim);
     Pair k = random(shape, kBf16, 21, -1.f, 1.f), v = random(shape, kBf16, 22, -1.f, 1.f);
     const Pair table = page_table(batch, 5);
@@ -334,6 +340,30 @@ TEST_F(DecodeGpu, Llama3GqaFusedMatchesReference) {
     check_step(m, w, c.batch, c.paged, c.cluster);
 }
 
+// The unfused path's split-KV attention: the tensor-core kernel at head dims 64 and 128 (groups
+// 1, 4 and 16), the CUDA-core kernel at 256; at the short context every split is at most two
+// 64-token tiles, at the long one (positions up to 2040) splits run many tiles through the two
+// buffers, and splits past a short sequence's end hold no token.
+TEST_F(DecodeGpu, UnfusedSplitKvMatchesReference) {
+  ModelConfig d64 = ModelConfig::llama3_8b();
+  d64.name = "head_dim 64, 32:2 heads";
+  d64.head_dim = 64;
+  d64.num_kv_heads = 2;
+  ModelConfig d256 = ModelConfig::llama3_8b();
+  d256.name = "head_dim 256, 16:4 heads";
+  d256.head_dim = 256;
+  d256.num_heads = 16;
+  d256.num_kv_heads = 4;
+  for (const ModelConfig& m : {ModelConfig::llama2_7b(), ModelConfig::llama3_8b(), d64, d256}) {
+    const Weights w = weights(m);
+    for (const Case& c : pick(every_batch_and_layout({}), {{3, true, 0}, {16, false, 0}}))
+      check_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
+    max_context_ = 2048;
+    check_step(m, w, 3, true, 0, DecodeImpl::kUnfused);
+    max_context_ = kMaxContext;
+  }
+}
+
 TEST_F(DecodeGpu, DeepSeekV2LiteMlaFusedMatchesReference) {
   const ModelConfig m = mla_model();
   const LatentWeights w = latent_weights(m);
@@ -364,13 +394,18 @@ TEST_F(DecodeGpu, MlaCudaCoreAttentionMatchesReference) {
 }
 
 TEST_F(DecodeGpu, GraphReplaysAreBitwiseIdentical) {
-  const ModelConfig m = ModelConfig::llama2_7b();
-  const Weights w = weights(m);
-  const int64_t batch = 4;
-  AttentionBlock block({m, batch, kMaxContext, kBf16, false, kPageSize, Device::cuda(0)});
-  Pair k = random({batch, kMaxContext, m.num_kv_heads, m.head_dim}, kBf16, 41, -1.f, 1.f);
-  Pair v = random({batch, kMaxContext, m.num_kv_heads, m.head_dim}, kBf16, 42, -1.f, 1.f);
-  expect_block_replays_bitwise(block, m, batch, w, KvCache{k.device, v.device, {}}, 43);
+  for (const ModelConfig& m : {ModelConfig::llama2_7b(), ModelConfig::llama3_8b()}) {
+    const Weights w = weights(m);
+    const int64_t batch = 4;
+    for (DecodeImpl impl : {DecodeImpl::kFused, DecodeImpl::kUnfused}) {
+      SCOPED_TRACE(::testing::Message()
+                   << m.name << (impl == DecodeImpl::kFused ? " fused" : " unfused"));
+      AttentionBlock block({m, batch, kMaxContext, kBf16, false, kPageSize, Device::cuda(0), impl});
+      Pair k = random({batch, kMaxContext, m.num_kv_heads, m.head_dim}, kBf16, 41, -1.f, 1.f);
+      Pair v = random({batch, kMaxContext, m.num_kv_heads, m.head_dim}, kBf16, 42, -1.f, 1.f);
+      expect_block_replays_bitwise(block, m, batch, w, KvCache{k.device, v.device, {}}, 43);
+    }
+  }
 }
 
 TEST_F(DecodeGpu, MlaGraphReplaysAreBitwiseIdentical) {

@@ -7,6 +7,7 @@
 #include "decode/cuda/blaslt_linear.h"
 #include "gemm/cuda/blaslt.h"
 #include "decode/decode_backend.h"
+#include "decode/split_kv_rule.h"
 #include "decode/unfused_launch.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -28,10 +29,10 @@ std::shared_ptr<UnfusedPlan> cuda_plan_unfused(const AttentionBlockOptions& o) {
                 "64, 128 or 256 and up to 16 query heads per KV head");
   auto plan = std::make_shared<UnfusedPlan>();
   plan->options = o;
-  // Enough (sequence, KV head, split) CTAs for two waves, splits of at least 64 tokens.
-  const int64_t ctas = o.max_batch * m.num_kv_heads;
-  plan->splits = int(std::clamp<int64_t>((2 * cuda_multiprocessor_count() + ctas - 1) / ctas, 1,
-                                         std::max<int64_t>(1, o.max_context / 64)));
+  const int wave = cuda_multiprocessor_count() *
+                   kernels::split_kv_ctas_per_multiprocessor(element_of(o.dtype), int(m.head_dim),
+                                                             int(m.group_size()));
+  plan->splits = split_kv_splits(o.max_batch, m.num_kv_heads, o.max_context, wave);
   const size_t e = dtype_size(o.dtype), b = size_t(o.max_batch);
   const int64_t q_rows = m.num_heads * m.head_dim, kv_rows = m.num_kv_heads * m.head_dim;
   size_t cursor = 0;

@@ -37,6 +37,12 @@ bool cuda_split_kv_supported(int head_dim, int group) {
   return decode::kernels::unfused_decode_supported(head_dim, group);
 }
 
+int cuda_split_kv_ctas_per_multiprocessor(DType dtype, int head_dim, int group) {
+  namespace dk = decode::kernels;
+  return dk::split_kv_ctas_per_multiprocessor(
+      dtype == DType::kF16 ? dk::Element::kF16 : dk::Element::kBF16, head_dim, group);
+}
+
 int cuda_sm_count(int device) {
   int count = 0;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
