@@ -3,9 +3,10 @@
 // embedding: one thread per output element (grid-stride over tokens * cols) copies the bits
 // of table[ids[n], c] (or, for scatter_rows, the other way); an id outside [0, vocab) traps
 // with a printf naming it.
-// argmax: one CTA per row (grid-stride); thread t scans v = t, t + 1024, ... keeping the best
-// (value, index); a shared-memory tree then merges pairs with the same order, so the winner is
-// the lowest index of the largest value (NaN above every number), independent of the split.
+// argmax: one CTA per row (grid-stride); thread t scans v = t, t + 1024, ... (eight loads in
+// flight) keeping the best (value, index); a shared-memory tree then merges pairs with the same
+// order, so the winner is the lowest index of the largest value (NaN above every number),
+// independent of the split.
 #include <cstdio>
 
 #include "ops/element.cuh"
@@ -56,7 +57,23 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(ArgmaxParams p) 
     const T* logits = static_cast<const T*>(p.logits) + row * p.logits_stride;
     float value = -__builtin_huge_valf();
     int64_t index = INT64_MAX;  // loses every tie against a real index
-    for (int64_t v = threadIdx.x; v < p.vocab; v += kArgmaxThreads) {
+    // Eight loads in flight a thread, then the comparisons in index order (the same winner as
+    // one at a time: 21 us for a 128256-wide row on an H200 with one load in flight).
+    constexpr int kInFlight = 8;
+    int64_t v = threadIdx.x;
+    for (; v + (kInFlight - 1) * kArgmaxThreads < p.vocab; v += kInFlight * kArgmaxThreads) {
+      float x[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) x[u] = to_f32(logits[v + u * kArgmaxThreads]);
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        if (better(x[u], v + u * kArgmaxThreads, value, index)) {
+          value = x[u];
+          index = v + u * kArgmaxThreads;
+        }
+      }
+    }
+    for (; v < p.vocab; v += kArgmaxThreads) {
       const float x = to_f32(logits[v]);
       if (better(x, v, value, index)) {
         value = x;

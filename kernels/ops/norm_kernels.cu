@@ -76,18 +76,28 @@ __global__ void __launch_bounds__(kBlockThreads) norm_vec8_kernel(NormParams p) 
   const T* bias = static_cast<const T*>(p.bias);
   for (int64_t row = blockIdx.x; row < p.rows; row += gridDim.x) {
     const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
-    float h[kVec8MaxVecs][8];
-    float sum = 0, sum_sq = 0;
+    // Every load of the row (x, residual, weight) is issued before the first store: residual_out
+    // may alias x or residual, so a store between them would order the next loads after it (one
+    // memory round trip per vector instead of one per row; at one decode row the norm is a
+    // chain of round trips).
+    float h[kVec8MaxVecs][8], r[kVec8MaxVecs][8], w[kVec8MaxVecs][8];
 #pragma unroll
     for (int i = 0; i < kVec8MaxVecs; ++i) {
       const int v = int(threadIdx.x) + i * kBlockThreads;
       if (v >= vecs) break;
       load8(x + 8 * v, h[i]);
-      if (p.residual != nullptr) {
-        float r[8];
-        load8(static_cast<const T*>(p.residual) + row * p.residual_stride + 8 * v, r);
+      if (p.residual != nullptr)
+        load8(static_cast<const T*>(p.residual) + row * p.residual_stride + 8 * v, r[i]);
+      if (weight != nullptr) load8(weight + 8 * v, w[i]);
+    }
+    float sum = 0, sum_sq = 0;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) h[i][e] = to_f32(from_f32<T>(h[i][e] + r[e]));  // rounded
+    for (int i = 0; i < kVec8MaxVecs; ++i) {
+      const int v = int(threadIdx.x) + i * kBlockThreads;
+      if (v >= vecs) break;
+      if (p.residual != nullptr) {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) h[i][e] = to_f32(from_f32<T>(h[i][e] + r[i][e]));  // rounded
         store8(static_cast<T*>(p.residual_out) + row * p.residual_out_stride + 8 * v, h[i]);
       }
 #pragma unroll
@@ -115,13 +125,12 @@ __global__ void __launch_bounds__(kBlockThreads) norm_vec8_kernel(NormParams p) 
     for (int i = 0; i < kVec8MaxVecs; ++i) {
       const int v = int(threadIdx.x) + i * kBlockThreads;
       if (v >= vecs) break;
-      float w[8], b[8], y[8];
-      if (weight != nullptr) load8(weight + 8 * v, w);
+      float b[8], y[8];
       if (bias != nullptr) load8(bias + 8 * v, b);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         y[e] = (h[i][e] - mean) * inv;
-        if (weight != nullptr) y[e] *= w[e];
+        if (weight != nullptr) y[e] *= w[i][e];
         if (bias != nullptr) y[e] += b[e];
       }
       store8(static_cast<T*>(p.out) + row * p.out_stride + 8 * v, y);
