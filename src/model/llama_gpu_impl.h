@@ -39,16 +39,21 @@ struct LayerWeights {
 // each) through the split-KV kernel.
 struct Prefill {
   int64_t first_row = 0, num_tokens = 0;
-  // Its run of prefills in adjacent rows: the run's first row, and the step_i32 offset of this
-  // prefill's entry in the run's cu_seqlens (rows counted from the run's first).
-  int64_t run_first_row = 0, cu_offset = 0;
+  // Tokens of the sequence cached before these (a chunked prefill when > 0). A prompt (0 cached)
+  // joins a run of prompts in adjacent rows: the run's first row, and the step_i32 offset of
+  // this prompt's entry in the run's cu_seqlens (rows counted from the run's first). A chunk
+  // attends over its sequence's cache rows, whose slots for positions [0, cached + num_tokens)
+  // start at step_i32 offset gather_offset.
+  int64_t cached = 0;
+  int64_t run_first_row = 0, cu_offset = 0, gather_offset = 0;
 };
 struct DecodeRun {
   int64_t first_input = 0, count = 0, first_row = 0;
 };
 struct Step {
   int64_t tokens = 0, logit_rows = 0;
-  int64_t cu_entries = 0;  // cu_seqlens entries of every prefill run, at off_cu
+  int64_t cu_entries = 0;      // cu_seqlens entries of every prefill run, at off_cu
+  int64_t gather_entries = 0;  // cache slots the chunked prefills gather, at off_gather
   std::vector<Prefill> prefills;
   std::vector<DecodeRun> decodes;
   PackedBatch batch;  // the inputs as sequences of rows (what a strategy splits)
@@ -136,12 +141,15 @@ struct LlamaGpuModel::Impl {
   Tensor x, residual, h, qkv, attn, gate_up, act, partial;  // [max_tokens, width]
   Tensor xr, rr, hr, logits, next;                          // [max_logit_rows, ...]
   Tensor partial_o, partial_lse;                            // split-KV workspace
+  Tensor gathered_k, gathered_v;  // [max_context, kv_width]: a chunked prefill's cached rows
   // Step inputs, i32: ids, positions, slots [max_tokens]; logit rows [max_logit_rows];
   // seq_pos [max_batch]; page table [max_batch, pages_per_seq]; the prefill runs' cu_seqlens
-  // [2 max_batch] (a run of n prefills takes n + 1 entries).
+  // [2 max_batch] (a run of n prefills takes n + 1 entries); the chunked prefills' cache slots
+  // [max_batch * max_context].
   Tensor step_i32;
   std::vector<int32_t> staging;
-  int64_t off_pos = 0, off_slot = 0, off_rows = 0, off_seq = 0, off_table = 0, off_cu = 0;
+  int64_t off_pos = 0, off_slot = 0, off_rows = 0, off_seq = 0, off_table = 0, off_cu = 0,
+          off_gather = 0;
 
   std::map<std::pair<int, int64_t>, std::unique_ptr<gemm::Gemm>> gemms;
 #ifdef TESSERA_WITH_CUDA

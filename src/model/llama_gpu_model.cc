@@ -151,7 +151,10 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
   off_seq = off_rows + r;
   off_table = off_seq + o.max_batch;
   off_cu = off_table + o.max_batch * pages_per_seq;
-  const int64_t total = off_cu + 2 * o.max_batch;
+  off_gather = off_cu + 2 * o.max_batch;
+  const int64_t total = off_gather + o.max_batch * o.max_context;
+  gathered_k = Tensor::empty({o.max_context, kvw}, o.dtype, device);
+  gathered_v = Tensor::empty({o.max_context, kvw}, o.dtype, device);
   step_i32 = Tensor::empty({total}, DType::kI32, device);
   staging.assign(size_t(total), 0);
   stream.synchronize();
@@ -231,10 +234,6 @@ Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows
                         "LlamaGpuModel::forward: inputs[", i, "].tokens[", j, "] = ", in.tokens[j],
                         ": expected in [0, ", shapes.vocab, ")");
     }
-    TESSERA_CHECK(n == 1 || start == 0, ErrorCode::kUnsupported, "LlamaGpuModel::forward: inputs[",
-                  i, "]: ", n, " tokens after ", start,
-                  " cached: the cuda layers run a prompt from position 0 or one decode token "
-                  "(chunked prefill is not built yet)");
     TESSERA_CHECK_ARG(start + n <= opts.max_context, "LlamaGpuModel::forward: inputs[", i,
                       "] reaches position ", start + n,
                       ": expected at most LlamaGpuOptions.max_context = ", opts.max_context);
@@ -246,7 +245,7 @@ Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows
       else
         step.decodes.push_back({int64_t(i), 1, step.tokens});
     } else {
-      step.prefills.push_back({step.tokens, n});
+      step.prefills.push_back({step.tokens, n, start});
     }
     step.tokens += n;
   }
@@ -283,12 +282,24 @@ Step LlamaGpuModel::Impl::pack(std::span<const SequenceTokens> inputs, LogitRows
   if (which == LogitRows::kAll) {
     for (int64_t r = 0; r < step.tokens; ++r) staging[size_t(off_rows + r)] = int32_t(r);
   }
-  // Prefill runs: each run's cu_seqlens counts rows from the run's first; a part of the run
-  // (a nano-batch) uses the entries from its first prefill's on, with the same base row.
+  // Prompt runs: each run's cu_seqlens counts rows from the run's first; a part of the run
+  // (a nano-batch) uses the entries from its first prompt's on, with the same base row.
+  // Chunked prefills run alone, over the cache slots of every position they attend to.
+  size_t input = 0;
   for (size_t i = 0; i < step.prefills.size(); ++i) {
     Prefill& p = step.prefills[i];
-    const bool continues = i > 0 && step.prefills[i - 1].first_row +
-                                            step.prefills[i - 1].num_tokens == p.first_row;
+    if (p.cached > 0) {
+      while (step.batch.sequences[input].first_row != p.first_row) ++input;
+      const std::vector<int64_t>& table = pages.page_table(step.batch.sequences[input].seq_id);
+      p.gather_offset = off_gather + step.gather_entries;
+      for (int64_t pos = 0; pos < p.cached + p.num_tokens; ++pos)
+        staging[size_t(off_gather + step.gather_entries++)] =
+            int32_t(table[size_t(pos / page)] * page + pos % page);
+      continue;
+    }
+    const Prefill* prev = i > 0 ? &step.prefills[i - 1] : nullptr;
+    const bool continues = prev != nullptr && prev->cached == 0 &&
+                           prev->first_row + prev->num_tokens == p.first_row;
     if (!continues) staging[size_t(off_cu + step.cu_entries++)] = 0;  // a new run
     p.run_first_row = continues ? step.prefills[i - 1].run_first_row : p.first_row;
     p.cu_offset = off_cu + step.cu_entries - 1;
@@ -309,6 +320,7 @@ void LlamaGpuModel::Impl::upload_step(const Step& step, size_t inputs) {
   copy(off_seq, int64_t(inputs));
   copy(off_table, int64_t(inputs) * pages_per_seq);
   copy(off_cu, step.cu_entries);
+  copy(off_gather, step.gather_entries);
 }
 
 const decode::AttentionBlock* LlamaGpuModel::Impl::fused_block(int64_t batch) {

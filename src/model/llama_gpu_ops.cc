@@ -126,18 +126,42 @@ void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const 
   }
 }
 
-// Attention of the part's rows: its prefills causal over their own rows, one varlen launch a
-// run of prefills in adjacent rows (every prompt starts at position 0, so its keys are its
-// rows); each run of decodes through the split-KV kernel over the paged cache.
+// Attention of the part's rows: its prompts causal over their own rows, one varlen launch a
+// run of prompts in adjacent rows (a prompt starts at position 0, so its keys are its rows);
+// a chunked prefill over its sequence's cache rows, gathered (its own new rows are in the
+// cache already), causal from its first position; each run of decodes through the split-KV
+// kernel over the paged cache.
 void LlamaGpuModel::Impl::attend(int64_t l, const Part& part, const Stream& on) {
   const int64_t d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
   const int64_t qw = shapes.q_width(), kvw = shapes.kv_width();
   const float scale = attn::default_softmax_scale(d);
+  for (const Prefill& p : part.prefills) {
+    if (p.cached == 0) continue;
+    const int64_t keys = p.cached + p.num_tokens;
+    const TensorView slots = i32_view(p.gather_offset, keys);
+    embedding(slots, k_table(l), gathered_k.view().slice(0, 0, keys), on);
+    embedding(slots, v_table(l), gathered_v.view().slice(0, 0, keys), on);
+    auto heads = [&](const Tensor& t) {  // [1, keys, Hkv, D] of a gathered buffer
+      return TensorView(t.data(), opts.dtype, device, {1, keys, hkv, d});
+    };
+    const TensorView q(qkv.data_as<uint16_t>() + p.first_row * qkv_width, opts.dtype, device,
+                       {1, p.num_tokens, hq, d}, {p.num_tokens * qkv_width, qkv_width, d, 1});
+    const TensorView o(attn.data_as<uint16_t>() + p.first_row * qw, opts.dtype, device,
+                       {1, p.num_tokens, hq, d});
+    attn::forward(q, heads(gathered_k), heads(gathered_v), o, TensorView{},
+                  attn::MaskSpec::causal_at(p.cached, 0), scale, on);
+  }
   for (size_t i = 0; i < part.prefills.size();) {
     const Prefill& first = part.prefills[i];
+    if (first.cached > 0) {
+      ++i;
+      continue;
+    }
     size_t end = i + 1;
     int64_t longest = first.num_tokens;
-    for (; end < part.prefills.size() && part.prefills[end].run_first_row == first.run_first_row; ++end)
+    for (; end < part.prefills.size() && part.prefills[end].cached == 0 &&
+           part.prefills[end].run_first_row == first.run_first_row;
+         ++end)
       longest = std::max(longest, part.prefills[end].num_tokens);
     // The packed tensors end with the part's last prefill of the run: a key tile past a
     // sequence's end reads (masked) rows of the next one of this part, which this stream wrote,

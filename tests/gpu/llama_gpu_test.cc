@@ -127,6 +127,44 @@ TEST_F(LlamaGpu, MixedBatchMatchesTheReference) {
   expect_close(mixed.forward(g, LogitRows::kAll), ref.forward(r), "mixed batch");
 }
 
+// Chunked prefill: a prompt in three chunks (37, 20, 1 then 45 tokens after cached ones), in
+// batches beside a new prompt, a decode and another sequence's chunk, against the reference
+// fed the same chunks; then decode steps over the chunked sequence's cache.
+TEST_F(LlamaGpu, ChunkedPrefillMatchesTheReference) {
+  for (const int64_t head_dim : {64, 128}) {
+    SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim);
+    const DecoderConfig config = small_config(false, head_dim);
+    LlamaGpuModel gpu(config, random_llama_source(kSeed), small_options(), nullptr);
+    LlamaModel ref(config, random_llama_weights(config, kSeed, 0, 1), {16, 64}, nullptr);
+    auto tokens = [](int n, int salt) {
+      std::vector<int32_t> t(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) t[size_t(i)] = (i * 29 + salt * 11) % 512;
+      return t;
+    };
+    const int64_t a_gpu = gpu.add_sequence(), a_ref = ref.add_sequence();
+    const int64_t b_gpu = gpu.add_sequence(), b_ref = ref.add_sequence();
+    // Step 1: a's first chunk and b's prompt.
+    std::vector<SequenceTokens> g = {{a_gpu, tokens(37, 1)}, {b_gpu, tokens(12, 2)}};
+    std::vector<SequenceTokens> r = {{a_ref, tokens(37, 1)}, {b_ref, tokens(12, 2)}};
+    expect_close(gpu.forward(g, LogitRows::kAll), ref.forward(r), "first chunks");
+    // Step 2: c's prompt, a's second chunk (20 after 37) and b's decode in one batch.
+    const int64_t c_gpu = gpu.add_sequence(), c_ref = ref.add_sequence();
+    g = {{c_gpu, tokens(9, 3)}, {a_gpu, tokens(20, 4)}, {b_gpu, {7}}};
+    r = {{c_ref, tokens(9, 3)}, {a_ref, tokens(20, 4)}, {b_ref, {7}}};
+    expect_close(gpu.forward(g, LogitRows::kAll), ref.forward(r), "chunk after cached tokens");
+    // Step 3: two chunks after cached tokens side by side (a: 45 after 57, b: 30 after 13).
+    g = {{a_gpu, tokens(45, 5)}, {b_gpu, tokens(30, 6)}};
+    r = {{a_ref, tokens(45, 5)}, {b_ref, tokens(30, 6)}};
+    expect_close(gpu.forward(g, LogitRows::kAll), ref.forward(r), "two chunks");
+    // Decode steps over the chunked caches.
+    for (int step = 0; step < 3; ++step) {
+      g = {{a_gpu, {int32_t(step + 1)}}, {b_gpu, {int32_t(step + 2)}}, {c_gpu, {int32_t(step + 3)}}};
+      r = {{a_ref, {int32_t(step + 1)}}, {b_ref, {int32_t(step + 2)}}, {c_ref, {int32_t(step + 3)}}};
+      expect_close(gpu.forward(g), ref.forward(r), "decode after chunks");
+    }
+  }
+}
+
 TEST_F(LlamaGpu, GraphReplayIsBitwiseTheEagerStepAndRunsRepeat) {
   for (const int64_t head_dim : {64, 128}) {
     SCOPED_TRACE(::testing::Message() << "head_dim " << head_dim);
@@ -207,13 +245,13 @@ TEST_F(LlamaGpu, RefusesWhatItDoesNotRunNamingIt) {
   LlamaGpuModel m(config, random_llama_source(kSeed), small_options(), nullptr);
   SequenceTokens s{m.add_sequence(), {1, 2, 3}};
   m.forward(std::span(&s, 1));
-  s.tokens = {4, 5};
+  s.tokens = std::vector<int32_t>(254, 4);  // 3 cached + 254 > max_context 256
   try {
     m.forward(std::span(&s, 1));
-    ADD_FAILURE() << "chunked prefill ran";
+    ADD_FAILURE() << "a chunk past max_context ran";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("chunked prefill"), std::string::npos) << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("max_context"), std::string::npos) << e.what();
   }
   SequenceTokens long_one{m.add_sequence(), std::vector<int32_t>(257, 1)};
   try {

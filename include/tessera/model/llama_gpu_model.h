@@ -9,7 +9,9 @@
 //                                               cuBLASLt by the measured rule)
 //   q, k = rope(q, k)                           in place in qkv
 //   cache rows <- k, v                          scatter_rows into the paged cache
-//   attn = prefill: attn::forward, causal, per sequence (the Hopper attention kernels)
+//   attn = prefill: the Hopper attention kernels, causal: a run of prompts in adjacent rows in
+//                   one varlen launch; a chunk after cached tokens over its sequence's cache
+//                   rows (gathered from the pages), causal from its first position
 //          decode:  split-KV attention over the paged cache (FlashDecoding-style, the
 //                   unfused decode path's kernel), one launch for a run of decode sequences
 //   x = attn Wo^T (all-reduced over the ranks)
@@ -21,11 +23,11 @@
 //   GEMM
 // then the final norm and lm_head on the rows whose logits are asked for only.
 //
-// A forward() takes prefills (a new sequence's whole prompt, position 0 on) and decodes (one
-// token after what the sequence has cached) in one batch. A batch of decodes only is replayed
-// from a CUDA graph per batch size (captured at the second step of that size, after an eager
-// step made every plan): the same kernels as eagerly, so the same bits. Chunked prefill (more
-// than one new token after cached ones) is refused (kUnsupported), not built yet.
+// A forward() takes prefills (a new sequence's prompt from position 0, or a chunk of tokens
+// after what it has cached: chunked prefill, prefix reuse) and decodes (one token after what
+// the sequence has cached) in one batch. A batch of decodes only is replayed from a CUDA graph
+// per batch size (captured at the second step of that size, after an eager step made every
+// plan): the same kernels as eagerly, so the same bits.
 //
 // Errors: kInvalidArgument naming the input or option; kUnsupported without the cuda backend or
 // for shapes the kernels do not take (head_dim 64 or 128 for prefill attention).
