@@ -8,9 +8,9 @@
 #include <set>
 #include <thread>
 
+#include "decode/split_kv_rule.h"
 #include "model/greedy.h"
 #include "model/llama_gpu_backend.h"
-#include "decode/split_kv_rule.h"
 #include "model/llama_gpu_impl.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
