@@ -1,6 +1,7 @@
 // `tessera run llm`: a Llama-family decoder end to end: B sequences of random prompt tokens
-// prefilled together, then G greedy decode steps for all of them; prints the prefill latency,
-// the time per output token and tokens/s, and writes --json (bench "llm").
+// prefilled together (whole, or --prefill-chunk tokens of each prompt a forward: chunked
+// prefill), then G greedy decode steps for all of them; prints the prefill latency, the time
+// per output token and tokens/s, and writes --json (bench "llm").
 //   cuda: LlamaGpuModel in bf16, one process per tensor-parallel rank (NCCL all-reduces);
 //         decode steps replay CUDA graphs; a warm-up prefill first (plans, module loading), and
 //         the decode record carries the fraction of the HBM roofline (weights and KV bytes read
@@ -52,6 +53,7 @@ struct LlmArgs {
   model::DecoderConfig config;
   std::vector<std::vector<int32_t>> prompts;
   int64_t gen = 0, page = 16;
+  int64_t prefill_chunk = 0;  // prompt tokens a prefill forward takes per sequence (0: all)
   uint64_t seed = 1;
   std::string weights_path;
   bool logits = false, graphs = true, fused_decode = false;
@@ -97,6 +99,24 @@ void generate(const LlmArgs& a, RankContext& ctx, LlmRun& run,
   run.tpot_s = steps.empty() ? 0 : median(steps);
 }
 
+// The prefill: every prompt whole in one forward, or --prefill-chunk tokens of each per forward
+// (chunked prefill: each chunk after the tokens cached before it). `forward` runs one forward of
+// `inputs` and returns every input's next token; the last chunk's are returned.
+template <typename Forward>
+std::vector<int32_t> prefill_prompts(const LlmArgs& a, std::vector<model::SequenceTokens>& inputs,
+                                     Forward&& forward) {
+  const int64_t prompt = a.prompt_len();
+  const int64_t chunk = a.prefill_chunk > 0 ? std::min(a.prefill_chunk, prompt) : prompt;
+  std::vector<int32_t> next;
+  for (int64_t first = 0; first < prompt; first += chunk) {
+    const int64_t end = std::min(prompt, first + chunk);
+    for (size_t s = 0; s < inputs.size(); ++s)
+      inputs[s].tokens.assign(a.prompts[s].begin() + first, a.prompts[s].begin() + end);
+    next = forward();
+  }
+  return next;
+}
+
 // The scheduler strategy of --strategy for this rank's model, or null.
 std::unique_ptr<sched::Strategy> scheduled(const LlmArgs& a, const RankContext& ctx) {
   if (a.strategy.empty()) return nullptr;
@@ -131,9 +151,11 @@ LlmRun run_cpu_rank(const LlmArgs& a, RankContext& ctx) {
   generate(
       a, ctx, run, inputs,
       [&] {
-        std::vector<float> logits = strategy ? m.forward(inputs, *strategy) : m.forward(inputs);
-        if (a.logits) run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
-        return last_tokens(logits);
+        return prefill_prompts(a, inputs, [&] {
+          std::vector<float> logits = strategy ? m.forward(inputs, *strategy) : m.forward(inputs);
+          if (a.logits) run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
+          return last_tokens(logits);
+        });
       },
       [&] { return last_tokens(strategy ? m.forward(inputs, *strategy) : m.forward(inputs)); });
   return run;
@@ -160,13 +182,14 @@ LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
   // Warm-up prefill (plans, kernel modules), on sequences released again.
   std::vector<model::SequenceTokens> inputs;
   for (const auto& p : a.prompts) inputs.push_back({m.add_sequence(), p});
-  m.forward_greedy(inputs, strategy.get());
+  prefill_prompts(a, inputs, [&] { return m.forward_greedy(inputs, strategy.get()); });
   for (const auto& in : inputs) m.release_sequence(in.seq_id);
   for (auto& in : inputs) in.seq_id = m.add_sequence();
   generate(
       a, ctx, run, inputs,
       [&] {
-        if (!a.logits) return m.forward_greedy(inputs, strategy.get());
+        if (!a.logits)
+          return prefill_prompts(a, inputs, [&] { return m.forward_greedy(inputs, strategy.get()); });
         std::vector<float> logits = m.forward(inputs, model::LogitRows::kAll, strategy.get());
         run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
         std::vector<int32_t> next;
@@ -199,6 +222,8 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
                {"prompt-len", "16", "prompt tokens per sequence"},
                {"gen", "8", "greedy tokens generated per sequence"},
                {"page-size", "16", "KV cache page size (tokens)"},
+               {"prefill-chunk", "0",
+                "prefill each prompt in forwards of this many tokens (chunked prefill; 0: whole)"},
                {"seed", "1", "seed of the random weights and prompt tokens"},
                {"prompt-tokens", "", "comma list of prompt token ids (batch 1; default: random)"},
                {"graphs", "1", "cuda: replay decode steps from CUDA graphs (0: eager)"},
@@ -229,6 +254,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
                     given.empty() ? opt.integer("prompt-len", 1, 1 << 20) : int64_t(given.size());
   a.gen = opt.integer("gen", 0, 1 << 20);
   a.page = opt.integer("page-size", 1, 1 << 16);
+  a.prefill_chunk = opt.integer("prefill-chunk", 0, 1 << 20);
   a.seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   a.weights_path = opt.text("weights");
   a.graphs = opt.integer("graphs", 0, 1) == 1;
@@ -236,6 +262,9 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
   a.strategy = opt.text("strategy");
   if (!a.strategy.empty()) (void)sched::make_named_strategy(a.strategy, {});  // the name checked
   a.logits = !opt.text("logits-out").empty();
+  TESSERA_CHECK_ARG(!a.logits || a.prefill_chunk == 0 || a.prefill_chunk >= prompt,
+                    "--prefill-chunk = ", a.prefill_chunk, ": --logits-out writes the logits of "
+                    "one whole-prompt prefill; expected 0 (or the prompt length) with it");
   a.prompts.assign(size_t(batch), {});
   std::mt19937_64 rng(a.seed);
   for (auto& p : a.prompts) {
@@ -258,10 +287,12 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
     const int64_t steps = a.gen > 1 ? a.gen - 1 : 0;
     const double tokens_per_s = run.tpot_s > 0 ? double(batch) / run.tpot_s : 0;
     std::printf(
-        "# tessera run llm: %s, %lld layers, tp %d (%s), batch %lld, prompt %lld, gen %lld\n",
+        "# tessera run llm: %s, %lld layers, tp %d (%s), batch %lld, prompt %lld%s, gen %lld\n",
         model_name.c_str(), static_cast<long long>(a.config.num_hidden_layers), tp,
         on_cuda ? "cuda bf16" : "cpu f32", static_cast<long long>(batch),
-        static_cast<long long>(prompt), static_cast<long long>(a.gen));
+        static_cast<long long>(prompt),
+        a.prefill_chunk > 0 ? str(" in chunks of ", a.prefill_chunk).c_str() : "",
+        static_cast<long long>(a.gen));
     std::printf(
         "  prefill          %10.2f ms\n  per output token %10.3f ms (median of %lld steps)\n"
         "  decode tokens/s  %10.1f\n",
@@ -296,6 +327,7 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
       rec.median_us = 1e6 * (prefill ? run.prefill_s : run.tpot_s);
       rec.ok = true;
       if (!prefill) rec.extra["tokens_per_s"] = tokens_per_s;
+      if (prefill && a.prefill_chunk > 0) rec.extra["prefill_chunk"] = double(a.prefill_chunk);
       if (!prefill && on_cuda) rec.extra["roofline_fraction"] = run.roofline_fraction;
       records.push_back(rec);
     }
