@@ -1,11 +1,12 @@
 // `tessera run dit`: one step of a DiT with its attention sequence parallel, under each --sp
 // method side by side: the step's time (slowest rank) and the largest difference of every
 // method's output from the first method's.
-//   cuda (Flux): model/flux_transformer.h in bf16 or f16, one process per GPU; the run fails
-//   when a method differs from the first by more than 2% of the largest output.
+//   cuda: model/flux_transformer.h or model/cogvideox_transformer.h in bf16 or f16, one process
+//   per GPU; the run fails when a method differs from the first by more than 2% of the largest
+//   output.
 //   cpu: the float32 layer code on rank threads; the run fails past 1e-3.
 //   Flux (model/flux_dit.h): the whole transformer, one denoising step.
-//   CogVideoX (model/cogvideox_block.h, cpu only): its transformer blocks on embedded video and
+//   CogVideoX (model/cogvideox_block.h on cpu): its transformer blocks on embedded video and
 //   text tokens (the patch embedding, positional embeddings and output head are not built).
 // Random weights from --seed unless --weights names diffusers safetensors; random inputs unless
 // --inputs names a safetensors file with Flux's image [L, in_channels], text [J,
@@ -34,6 +35,7 @@
 #include "tessera/core/error.h"
 #include "tessera/runtime/memory.h"
 #include "tessera/model/cogvideox_block.h"
+#include "tessera/model/cogvideox_transformer.h"
 #include "tessera/model/flux_dit.h"
 #include "tessera/model/flux_transformer.h"
 #include "tessera/model/model_config.h"
@@ -195,8 +197,16 @@ StepFn flux_step(const Options& opt, const FluxInputs& inputs) {
   };
 }
 
-StepFn cogvideox_step(const Options& opt, model::CogVideoXConfig config, int64_t& seq,
-                      int64_t& out_cols, std::string& shape_text) {
+// CogVideoX's inputs: the config (--blocks applied), embedded video and text rows and temb,
+// random from --seed or read from --inputs.
+struct CogVideoXInputs {
+  model::CogVideoXConfig config;
+  std::vector<float> hidden, encoder, temb;  // [L, C], [J, C], [time_embed_dim]
+  int64_t seq = 0, text = 0;
+  std::string summary;
+};
+
+CogVideoXInputs cogvideox_inputs(const Options& opt, model::CogVideoXConfig config) {
   TESSERA_CHECK(!config.use_rotary_positional_embeddings, ErrorCode::kUnsupported,
                 "CogVideoX with use_rotary_positional_embeddings: its 3-D RoPE tables are not "
                 "built yet; expected a configuration without them (CogVideoX-2B's)");
@@ -204,26 +214,34 @@ StepFn cogvideox_step(const Options& opt, model::CogVideoXConfig config, int64_t
     config.num_layers = parse_integer(opt.text("blocks"), "--blocks (CogVideoX)", 0, 1 << 10);
   const int64_t c = config.inner_dim(), t = config.time_embed_dim;
   const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
-  auto hidden = std::make_shared<std::vector<float>>();
-  auto encoder = std::make_shared<std::vector<float>>();
-  auto temb = std::make_shared<std::vector<float>>();
+  CogVideoXInputs in;
+  in.config = config;
   if (opt.text("inputs").empty()) {
-    seq = opt.integer("seq", 1, int64_t(1) << 24);
-    *hidden = random_values(size_t(seq * c), seed + 1);
-    *encoder = random_values(size_t(opt.integer("text", 0, int64_t(1) << 20) * c), seed + 2);
-    *temb = random_values(size_t(t), seed + 3);
+    in.seq = opt.integer("seq", 1, int64_t(1) << 24);
+    in.hidden = random_values(size_t(in.seq * c), seed + 1);
+    in.encoder = random_values(size_t(opt.integer("text", 0, int64_t(1) << 20) * c), seed + 2);
+    in.temb = random_values(size_t(t), seed + 3);
   } else {
     const model::SafetensorsFile file = model::SafetensorsFile::open(opt.text("inputs"));
-    *hidden = input_tensor(file, "hidden", c);
-    *encoder = input_tensor(file, "encoder", c);
-    *temb = input_tensor(file, "temb", t);
-    seq = int64_t(hidden->size()) / c;
-    TESSERA_CHECK_ARG(int64_t(temb->size()) == t, "--inputs: temb: expected time_embed_dim = ",
+    in.hidden = input_tensor(file, "hidden", c);
+    in.encoder = input_tensor(file, "encoder", c);
+    in.temb = input_tensor(file, "temb", t);
+    in.seq = int64_t(in.hidden.size()) / c;
+    TESSERA_CHECK_ARG(int64_t(in.temb.size()) == t, "--inputs: temb: expected time_embed_dim = ",
                       t, " values");
   }
-  const int64_t j = int64_t(encoder->size()) / c;
-  out_cols = c;
-  shape_text = str("CogVideoX blocks, ", config.num_layers, " blocks, L ", seq, ", J ", j);
+  in.text = int64_t(in.encoder.size()) / c;
+  in.summary = str("CogVideoX blocks, ", config.num_layers, " blocks, L ", in.seq, ", J ", in.text);
+  return in;
+}
+
+StepFn cogvideox_step(const Options& opt, const CogVideoXInputs& inputs) {
+  const model::CogVideoXConfig config = inputs.config;
+  const int64_t c = config.inner_dim(), seq = inputs.seq, j = inputs.text;
+  const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
+  auto hidden = std::make_shared<std::vector<float>>(inputs.hidden);
+  auto encoder = std::make_shared<std::vector<float>>(inputs.encoder);
+  auto temb = std::make_shared<std::vector<float>>(inputs.temb);
   const std::string weights = opt.text("weights");
   return [=](RankContext& ctx, const sp::PlanOptions& options) {
     sp::PlanRequest request;
@@ -313,17 +331,77 @@ std::vector<float> gather_prediction(RankContext& ctx, const std::vector<int64_t
   return out;
 }
 
-// `run dit` for Flux on the cuda backend: one process per GPU, FluxTransformer in bf16/f16, its
-// weights uploaded once and the attention replanned per method; a step's time is the median of
-// --iters steps after an untimed one (host clock around the step and a stream synchronize,
-// slowest rank).
-int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp::Method>& methods,
-                  RankLaunch launch, int argc, char** argv) {
+// What one --sp method runs on a cuda rank: this rank's token order, a step (enqueued), and the
+// rank's output rows [tokens, cols] after it.
+struct MethodStep {
+  std::vector<int64_t> tokens;
+  std::function<void()> step;
+  std::function<std::vector<float>()> output;
+  std::string plan;
+};
+
+// The cuda runs' method loop: for each method (`prepare` replans from the second on), the step
+// timed --iters times after an untimed one (host clock around the step and a stream
+// synchronize, slowest rank), the prediction gathered and compared with the first method's,
+// printed and recorded; then finish().
+void time_methods(const Options& opt, RankContext& ctx, const std::vector<sp::Method>& methods,
+                  int64_t seq, int64_t cols, DType dtype, double weights_gb,
+                  const std::function<MethodStep(size_t)>& prepare) {
+  const int iters = int(opt.integer("iters", 1, 1000));
+  std::vector<float> first;
+  std::vector<BenchRecord> records;
+  for (size_t m = 0; m < methods.size(); ++m) {
+    const MethodStep run = prepare(m);
+    std::vector<double> times;
+    for (int it = 0; it <= iters; ++it) {
+      const auto start = std::chrono::steady_clock::now();
+      run.step();
+      ctx.stream.synchronize();
+      if (it > 0)
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(times.begin(), times.end());
+    const double step_s = max_across_ranks(ctx, times[times.size() / 2]);
+    const std::vector<float> prediction = gather_prediction(ctx, run.tokens, run.output(), cols, seq);
+    if (first.empty()) first = prediction;
+    double max_diff = 0, largest = 0;
+    for (size_t i = 0; i < prediction.size(); ++i) {
+      max_diff = std::max(max_diff, double(std::fabs(prediction[i] - first[i])));
+      largest = std::max(largest, double(std::fabs(first[i])));
+    }
+    if (ctx.rank != 0) continue;
+    std::printf("  %-10s %12.2f %14.3g  %s\n", sp::method_name(methods[m]), 1000.0 * step_s,
+                max_diff, run.plan.c_str());
+    BenchRecord rec;
+    rec.bench = "dit";
+    rec.case_name = str(opt.text("model"), " L", seq);
+    rec.impl = str("tessera ", sp::method_name(methods[m]));
+    rec.gpu = gpu_name(ctx);
+    rec.num_gpus = ctx.size;
+    rec.topology = topology_label(ctx.topology);
+    rec.median_us = 1e6 * step_s;
+    // Methods reorder the attention's sums: they agree within the dtype's rounding.
+    rec.ok = max_diff <= 0.02 * largest;
+    rec.extra["max_diff_vs_first"] = max_diff;
+    rec.extra["weights_gb"] = weights_gb;
+    rec.extra_text["dtype"] = dtype_name(dtype);
+    records.push_back(rec);
+  }
+  if (ctx.rank == 0) finish(opt, records, first, seq, cols);
+}
+
+DType cuda_dtype(const Options& opt) {
   const std::string dtype_text = opt.text("dtype");
   TESSERA_CHECK_ARG(dtype_text == "bf16" || dtype_text == "f16", "--dtype = '", dtype_text,
                     "': expected bf16 or f16 on the cuda backend");
-  const DType dtype = dtype_text == "bf16" ? DType::kBF16 : DType::kF16;
-  const int iters = int(opt.integer("iters", 1, 1000));
+  return dtype_text == "bf16" ? DType::kBF16 : DType::kF16;
+}
+
+// `run dit` for Flux on the cuda backend: one process per GPU, FluxTransformer in bf16/f16, its
+// weights uploaded once and the attention replanned per method.
+int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp::Method>& methods,
+                  RankLaunch launch, int argc, char** argv) {
+  const DType dtype = cuda_dtype(opt);
   const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   const std::string weights = opt.text("weights");
   const int64_t seq = in.shape.image_tokens, j = in.shape.text_tokens, cols = in.out_cols;
@@ -363,54 +441,94 @@ int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp
     if (ctx.rank == 0)
       std::printf("# weights ready in %.1f s\n# %-10s %12s %14s  plan\n", load_s, "method",
                   "step_ms", "max_diff");
-    std::vector<float> first;
-    std::vector<BenchRecord> records;
-    for (size_t m = 0; m < methods.size(); ++m) {
-      if (m > 0) {
-        options.method = methods[m];
-        dit.replan_attention(options);
-      }
-      const std::vector<int64_t>& tokens = dit.local_image_tokens();
-      const int64_t n = int64_t(tokens.size());
-      const Tensor image = to_device(rows_at(in.image, f.in_channels, tokens), n, f.in_channels, dtype, ctx);
-      const Tensor out = Tensor::empty({n, cols}, dtype, ctx.device);
-      std::vector<double> times;
-      for (int it = 0; it <= iters; ++it) {
-        const auto start = std::chrono::steady_clock::now();
-        dit.forward(image, text.view(), in.cond, out, ctx.stream);
-        ctx.stream.synchronize();
-        if (it > 0)
-          times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      }
-      std::sort(times.begin(), times.end());
-      const double step_s = max_across_ranks(ctx, times[times.size() / 2]);
-      const std::vector<float> prediction =
-          gather_prediction(ctx, tokens, to_host(out, ctx), cols, seq);
-      if (first.empty()) first = prediction;
-      double max_diff = 0, largest = 0;
-      for (size_t i = 0; i < prediction.size(); ++i) {
-        max_diff = std::max(max_diff, double(std::fabs(prediction[i] - first[i])));
-        largest = std::max(largest, double(std::fabs(first[i])));
-      }
-      if (ctx.rank != 0) continue;
-      std::printf("  %-10s %12.2f %14.3g  %s\n", sp::method_name(methods[m]), 1000.0 * step_s,
-                  max_diff, dit.attention_plan().summary().c_str());
-      BenchRecord rec;
-      rec.bench = "dit";
-      rec.case_name = str(opt.text("model"), " L", seq);
-      rec.impl = str("tessera ", sp::method_name(methods[m]));
-      rec.gpu = gpu_name(ctx);
-      rec.num_gpus = ctx.size;
-      rec.topology = topology_label(ctx.topology);
-      rec.median_us = 1e6 * step_s;
-      // Methods reorder the attention's sums: they agree within the dtype's rounding.
-      rec.ok = max_diff <= 0.02 * largest;
-      rec.extra["max_diff_vs_first"] = max_diff;
-      rec.extra["weights_gb"] = double(dit.weight_bytes()) * 1e-9;
-      rec.extra_text["dtype"] = dtype_name(dtype);
-      records.push_back(rec);
-    }
-    if (ctx.rank == 0) finish(opt, records, first, seq, cols);
+    Tensor image, out;
+    time_methods(opt, ctx, methods, seq, cols, dtype, double(dit.weight_bytes()) * 1e-9,
+                 [&](size_t m) {
+                   if (m > 0) {
+                     options.method = methods[m];
+                     dit.replan_attention(options);
+                   }
+                   const std::vector<int64_t>& tokens = dit.local_image_tokens();
+                   const int64_t n = int64_t(tokens.size());
+                   image = to_device(rows_at(in.image, f.in_channels, tokens), n, f.in_channels,
+                                     dtype, ctx);
+                   out = Tensor::empty({n, cols}, dtype, ctx.device);
+                   return MethodStep{tokens,
+                                     [&] { dit.forward(image, text.view(), in.cond, out, ctx.stream); },
+                                     [&] { return to_host(out, ctx); },
+                                     dit.attention_plan().summary()};
+                 });
+  });
+}
+
+// `run dit` for CogVideoX's blocks on the cuda backend, as for Flux: CogVideoXTransformer in
+// bf16/f16. Its blocks update the rows in place, so each step starts from a copy of the inputs
+// (a device-to-device copy inside the timed step).
+int run_cogvideox_cuda(const Options& opt, const CogVideoXInputs& in,
+                       const std::vector<sp::Method>& methods, RankLaunch launch, int argc,
+                       char** argv) {
+  const DType dtype = cuda_dtype(opt);
+  const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
+  const std::string weights = opt.text("weights");
+  const model::CogVideoXConfig& f = in.config;
+  const int64_t c = f.inner_dim(), seq = in.seq, j = in.text;
+  // A block: its adaLN linears (12 C x time_embed_dim), q/k/v/out (4 C^2), the feed-forward
+  // (8 C^2), biases and norms; the step's activations take 11 C values a row.
+  const size_t weight_values = size_t(f.num_layers) *
+                               size_t(12 * c * f.time_embed_dim + 12 * c * c + 32 * c);
+  const int ranks = launch.nranks > 0 ? launch.nranks : std::max(1, cuda_device_count());
+  const size_t rows = size_t(j) + size_t((seq + ranks - 1) / ranks);
+  check_memory_fits(launch,
+                    saturating_product({weight_values + saturating_product({rows, size_t(11),
+                                                                            size_t(c)}),
+                                        dtype_size(dtype)}),
+                    "--seq", std::to_string(seq), "the weights and the step's activations");
+  launch.context.create_heap = true;
+  return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
+    if (ctx.rank == 0)
+      std::printf("# tessera run dit: %s, %s on %d GPUs (%s)\n# loading %.2f G weights ...\n",
+                  opt.text("model").c_str(), in.summary.c_str(), ctx.size,
+                  dtype_name(dtype), double(weight_values) * 1e-9);
+    std::fflush(stdout);
+    std::unique_ptr<model::WeightStore> store;
+    if (!weights.empty()) store = std::make_unique<model::WeightStore>(model::WeightStore::open(weights));
+    sp::PlanOptions options;
+    options.method = methods.front();
+    const auto load_start = std::chrono::steady_clock::now();
+    model::CogVideoXTransformer dit(
+        f,
+        [&](int64_t i) {
+          return store ? model::load_cogvideox_block(f, i, *store)
+                       : model::random_cogvideox_block(f, i, seed);
+        },
+        ctx, seq, j, dtype, options);
+    const double load_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    const Tensor text_in = j > 0 ? to_device(in.encoder, j, c, dtype, ctx) : Tensor();
+    const Tensor text = j > 0 ? Tensor::empty({j, c}, dtype, ctx.device) : Tensor();
+    if (ctx.rank == 0)
+      std::printf("# weights ready in %.1f s\n# %-10s %12s %14s  plan\n", load_s, "method",
+                  "step_ms", "max_diff");
+    Tensor video_in, video;
+    const size_t e = dtype_size(dtype);
+    time_methods(opt, ctx, methods, seq, c, dtype, double(dit.weight_bytes()) * 1e-9,
+                 [&](size_t m) {
+                   if (m > 0) {
+                     options.method = methods[m];
+                     dit.replan_attention(options);
+                   }
+                   const std::vector<int64_t>& tokens = dit.local_video_tokens();
+                   const int64_t n = int64_t(tokens.size());
+                   video_in = to_device(rows_at(in.hidden, c, tokens), n, c, dtype, ctx);
+                   video = Tensor::empty({n, c}, dtype, ctx.device);
+                   auto step = [&, n] {
+                     copy_bytes(video.data(), video_in.data(), size_t(n * c) * e, ctx.stream);
+                     if (j > 0) copy_bytes(text.data(), text_in.data(), size_t(j * c) * e, ctx.stream);
+                     dit.forward(video, text.view(), in.temb, ctx.stream);
+                   };
+                   return MethodStep{tokens, step, [&] { return to_host(video, ctx); },
+                                     dit.attention_plan().summary()};
+                 });
   });
 }
 
@@ -426,7 +544,7 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
        {"grid-width", "0", "Flux: latent grid width W dividing L (0: the largest <= sqrt(L))"},
        {"text", "32", "text tokens J"},
        {"sp", "all", "comma list of ring, ulysses, usp, tas, torus, mesh, auto, or all"},
-       {"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible; Flux only)"},
+       {"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
        {"nranks", "", "sequence-parallel ranks (cuda: GPUs, default every visible one; cpu: rank "
                       "threads, default 4)"},
        {"dtype", "bf16", "cuda: bf16 or f16 (the cpu backend runs f32)"},
@@ -457,10 +575,9 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
   const bool flux = config.architecture == model::Architecture::kFlux;
   const bool on_cuda = launch.backend == "cuda" || (launch.backend == "auto" && cuda_available());
   if (on_cuda) {
-    TESSERA_CHECK(flux, ErrorCode::kUnsupported, "--model ", opt.text("model"),
-                  ": CogVideoX's cuda layers are not built yet; expected --backend cpu or a Flux "
-                  "model");
-    return run_flux_cuda(opt, flux_inputs(opt, config.flux), methods, launch, argc, argv);
+    if (flux) return run_flux_cuda(opt, flux_inputs(opt, config.flux), methods, launch, argc, argv);
+    return run_cogvideox_cuda(opt, cogvideox_inputs(opt, config.cogvideox), methods, launch, argc,
+                              argv);
   }
   launch.backend = "cpu";
   if (launch.nranks == 0) launch.nranks = 4;
@@ -474,7 +591,11 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
     shape_text = in.summary;
     step = flux_step(opt, in);
   } else {
-    step = cogvideox_step(opt, config.cogvideox, seq, out_cols, shape_text);
+    const CogVideoXInputs in = cogvideox_inputs(opt, config.cogvideox);
+    seq = in.seq;
+    out_cols = in.config.inner_dim();
+    shape_text = in.summary;
+    step = cogvideox_step(opt, in);
   }
   std::printf("# tessera run dit: %s, %s, %d cpu ranks\n# %-10s %12s %14s  plan\n",
               opt.text("model").c_str(), shape_text.c_str(), launch.nranks, "method", "step_ms",
