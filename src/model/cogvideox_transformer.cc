@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 
+#include "model/device_linear.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
 #include "tessera/runtime/memory.h"
@@ -14,11 +15,6 @@ namespace {
 
 constexpr float kQkEps = 1e-6f;  // diffusers' norm_q / norm_k
 
-// A contiguous [1, n] view of elements [first, first + n) of t.
-TensorView row_span(const Tensor& t, int64_t first, int64_t n) {
-  auto* data = static_cast<std::byte*>(t.data()) + size_t(first) * t.view().element_size();
-  return TensorView(data, t.view().dtype(), t.view().device(), {1, n});
-}
 
 }  // namespace
 
@@ -141,15 +137,7 @@ TensorView CogVideoXTransformer::rows(const Tensor& t, int64_t first, int64_t n)
 
 void CogVideoXTransformer::linear(const TensorView& a, const Linear& l, const TensorView& out,
                                   const Stream& s) {
-  const int64_t m = a.size(0), n = l.weight.view().size(0), k = l.weight.view().size(1);
-  if (m == 0) return;
-  const bool bias = !l.bias.view().empty();
-  auto& g = gemms_[{m, n, k, bias}];
-  if (!g) {
-    gemm::GemmShape shape{m, n, k, dtype_, dtype_, true, bias};
-    g = std::make_unique<gemm::Gemm>(shape, device_);
-  }
-  g->run(a, l.weight, bias ? l.bias.view() : TensorView(), out, s);
+  planned_linear(gemms_, a, l.weight, l.bias, out, dtype_, device_, s);
 }
 
 void CogVideoXTransformer::norm_modulate(const Tensor& weight, const Tensor& bias,

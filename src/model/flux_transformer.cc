@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "model/dit_ops.h"
+#include "model/device_linear.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
 #include "tessera/runtime/memory.h"
@@ -26,11 +27,6 @@ std::vector<std::byte> to_dtype(const std::vector<float>& v, DType dtype) {
   return out;
 }
 
-// A contiguous [1, n] view of elements [first, first + n) of t.
-TensorView row_span(const Tensor& t, int64_t first, int64_t n) {
-  auto* data = static_cast<std::byte*>(t.data()) + size_t(first) * t.view().element_size();
-  return TensorView(data, t.view().dtype(), t.view().device(), {1, n});
-}
 
 // Host values bound for a device tensor at an element offset.
 struct Piece {
@@ -317,15 +313,7 @@ TensorView FluxTransformer::rows(const Tensor& t, int64_t first, int64_t n) cons
 
 void FluxTransformer::linear(const TensorView& a, const Linear& l, const TensorView& out,
                              const Stream& s) {
-  const int64_t m = a.size(0), n = l.weight.view().size(0), k = l.weight.view().size(1);
-  if (m == 0) return;
-  const bool bias = !l.bias.view().empty();
-  auto& g = gemms_[{m, n, k, bias}];
-  if (!g) {
-    gemm::GemmShape shape{m, n, k, dtype_, dtype_, true, bias};
-    g = std::make_unique<gemm::Gemm>(shape, device_);
-  }
-  g->run(a, l.weight, bias ? l.bias.view() : TensorView(), out, s);
+  planned_linear(gemms_, a, l.weight, l.bias, out, dtype_, device_, s);
 }
 
 void FluxTransformer::norm_modulate(const TensorView& x, int64_t shift, int64_t scale,

@@ -397,13 +397,39 @@ DType cuda_dtype(const Options& opt) {
   return dtype_text == "bf16" ? DType::kBF16 : DType::kF16;
 }
 
+// Refuses (naming --seq) a run whose weights and step activations (11 C values a row, for every
+// text row and an even share of the L video or image rows) do not fit a GPU.
+void check_dit_fits(const RankLaunch& launch, size_t weight_values, int64_t seq, int64_t text,
+                    int64_t c, DType dtype) {
+  const int ranks = launch.nranks > 0 ? launch.nranks : std::max(1, cuda_device_count());
+  const size_t rows = size_t(text) + size_t((seq + ranks - 1) / ranks);
+  check_memory_fits(launch,
+                    saturating_product({weight_values + saturating_product({rows, size_t(11),
+                                                                            size_t(c)}),
+                                        dtype_size(dtype)}),
+                    "--seq", std::to_string(seq), "the weights and the step's activations");
+}
+
+// Rank 0 announces the run; every rank opens --weights (or gets null: random weights).
+std::unique_ptr<model::WeightStore> open_weights(const Options& opt, const RankContext& ctx,
+                                                 const std::string& summary, DType dtype,
+                                                 size_t weight_values) {
+  if (ctx.rank == 0)
+    std::printf("# tessera run dit: %s, %s on %d GPUs (%s)\n# loading %.2f G weights ...\n",
+                opt.text("model").c_str(), summary.c_str(), ctx.size, dtype_name(dtype),
+                double(weight_values) * 1e-9);
+  std::fflush(stdout);
+  const std::string weights = opt.text("weights");
+  if (weights.empty()) return nullptr;
+  return std::make_unique<model::WeightStore>(model::WeightStore::open(weights));
+}
+
 // `run dit` for Flux on the cuda backend: one process per GPU, FluxTransformer in bf16/f16, its
 // weights uploaded once and the attention replanned per method.
 int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp::Method>& methods,
                   RankLaunch launch, int argc, char** argv) {
   const DType dtype = cuda_dtype(opt);
   const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
-  const std::string weights = opt.text("weights");
   const int64_t seq = in.shape.image_tokens, j = in.shape.text_tokens, cols = in.out_cols;
   const model::FluxConfig& f = in.config;
   size_t weight_values = 0;
@@ -412,24 +438,11 @@ int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp
     for (int64_t d : t.shape) n *= size_t(d);
     weight_values += n;
   }
-  // Weights plus the step's activations (hidden, normed, qkv, attention, mlp, a temporary: 11 C
-  // values a row) for every text row and an even share of the image rows.
-  const int ranks = launch.nranks > 0 ? launch.nranks : std::max(1, cuda_device_count());
-  const size_t rows = size_t(j) + size_t((seq + ranks - 1) / ranks);
-  check_memory_fits(launch,
-                    saturating_product({weight_values + saturating_product({rows, size_t(11),
-                                                                            size_t(f.inner_dim())}),
-                                        dtype_size(dtype)}),
-                    "--seq", std::to_string(seq), "the weights and the step's activations");
+  // The step's activations: hidden, normed, qkv, attention, mlp, a temporary.
+  check_dit_fits(launch, weight_values, seq, j, f.inner_dim(), dtype);
   launch.context.create_heap = true;
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
-    if (ctx.rank == 0)
-      std::printf("# tessera run dit: %s, %s on %d GPUs (%s)\n# loading %.2f G weights ...\n",
-                  opt.text("model").c_str(), in.summary.c_str(), ctx.size,
-                  dtype_name(dtype), double(weight_values) * 1e-9);
-    std::fflush(stdout);
-    std::unique_ptr<model::WeightStore> store;
-    if (!weights.empty()) store = std::make_unique<model::WeightStore>(model::WeightStore::open(weights));
+    const auto store = open_weights(opt, ctx, in.summary, dtype, weight_values);
     sp::PlanOptions options;
     options.method = methods.front();
     const auto load_start = std::chrono::steady_clock::now();
@@ -469,29 +482,17 @@ int run_cogvideox_cuda(const Options& opt, const CogVideoXInputs& in,
                        char** argv) {
   const DType dtype = cuda_dtype(opt);
   const uint64_t seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
-  const std::string weights = opt.text("weights");
   const model::CogVideoXConfig& f = in.config;
   const int64_t c = f.inner_dim(), seq = in.seq, j = in.text;
   // A block: its adaLN linears (12 C x time_embed_dim), q/k/v/out (4 C^2), the feed-forward
-  // (8 C^2), biases and norms; the step's activations take 11 C values a row.
+  // (8 C^2), biases and norms. The step's activations: hidden, normed, q, k, v, attention, mlp,
+  // a temporary.
   const size_t weight_values = size_t(f.num_layers) *
                                size_t(12 * c * f.time_embed_dim + 12 * c * c + 32 * c);
-  const int ranks = launch.nranks > 0 ? launch.nranks : std::max(1, cuda_device_count());
-  const size_t rows = size_t(j) + size_t((seq + ranks - 1) / ranks);
-  check_memory_fits(launch,
-                    saturating_product({weight_values + saturating_product({rows, size_t(11),
-                                                                            size_t(c)}),
-                                        dtype_size(dtype)}),
-                    "--seq", std::to_string(seq), "the weights and the step's activations");
+  check_dit_fits(launch, weight_values, seq, j, c, dtype);
   launch.context.create_heap = true;
   return run_on_ranks(launch, argc, argv, [&](RankContext& ctx) {
-    if (ctx.rank == 0)
-      std::printf("# tessera run dit: %s, %s on %d GPUs (%s)\n# loading %.2f G weights ...\n",
-                  opt.text("model").c_str(), in.summary.c_str(), ctx.size,
-                  dtype_name(dtype), double(weight_values) * 1e-9);
-    std::fflush(stdout);
-    std::unique_ptr<model::WeightStore> store;
-    if (!weights.empty()) store = std::make_unique<model::WeightStore>(model::WeightStore::open(weights));
+    const auto store = open_weights(opt, ctx, in.summary, dtype, weight_values);
     sp::PlanOptions options;
     options.method = methods.front();
     const auto load_start = std::chrono::steady_clock::now();
