@@ -34,14 +34,14 @@ template <typename T, int D, int kWarps, int kStages>
 struct Geometry {
   static_assert(D == 64 || D == 128, "O's accumulators take D / 2 registers a thread");
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kTile = 16 * kWarps;            // tokens a tile
+  static constexpr int kTile = 16 * kWarps;             // tokens a tile
   static constexpr int kChunks = D / 8;                 // 16-byte chunks a row
   static constexpr int kTileBytes = 2 * kTile * D * 2;  // K and V
   static constexpr int kRowsPerPass = kThreads / kChunks;
   static constexpr int kOStride = D + 8;  // floats a merged row: rows 8 banks apart
   static constexpr int kMergeBytes = (kWarps * 16 * kOStride + 2 * kWarps * 16) * 4;
-  static constexpr int kSmemBytes =
-      kStages * kTileBytes > kMergeBytes ? kStages * kTileBytes : kMergeBytes;
+  static constexpr int kBufferBytes = kStages * kTileBytes;
+  static constexpr int kSmemBytes = kBufferBytes > kMergeBytes ? kBufferBytes : kMergeBytes;
   // Chunk c of row r stored at c ^ (r % 8): ldmatrix's eight rows of one chunk column, and the
   // loads' eight chunks of one row, fall on eight different bank groups.
   __device__ static int swizzled(int row, int chunk) { return row * kChunks + (chunk ^ (row & 7)); }
@@ -119,8 +119,8 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_mma_kernel(const Unfused
 #pragma unroll
     for (int k = 0; k < kKSteps; ++k) {
       uint32_t kb[4];
-      ldmatrix_x4<false>(kb, k_s + G::swizzled(warp * 16 + (lane / 16) * 8 + lane % 8,
-                                               2 * k + (lane / 8) % 2));
+      ldmatrix_x4<false>(
+          kb, k_s + G::swizzled(warp * 16 + (lane / 16) * 8 + lane % 8, 2 * k + (lane / 8) % 2));
       mma16816<T>(s[0], qa[k][0], qa[k][1], qa[k][2], qa[k][3], kb[0], kb[1]);
       mma16816<T>(s[1], qa[k][0], qa[k][1], qa[k][2], qa[k][3], kb[2], kb[3]);
     }
@@ -178,9 +178,9 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_mma_kernel(const Unfused
   }
   cp_async_wait<0>();
   // The warps' rows meet over the tile buffers (every warp is past its last read of them).
-  float* o_s = reinterpret_cast<float*>(smem);             // [kWarps][16][kOStride]
-  float* m_s = o_s + kWarps * 16 * G::kOStride;            // [kWarps][16]
-  float* l_s = m_s + kWarps * 16;                          // [kWarps][16]
+  float* o_s = reinterpret_cast<float*>(smem);   // [kWarps][16][kOStride]
+  float* m_s = o_s + kWarps * 16 * G::kOStride;  // [kWarps][16]
+  float* l_s = m_s + kWarps * 16;                // [kWarps][16]
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);

@@ -15,7 +15,6 @@ namespace {
 
 constexpr float kQkEps = 1e-6f;  // diffusers' norm_q / norm_k
 
-
 }  // namespace
 
 CogVideoXTransformer::CogVideoXTransformer(const CogVideoXConfig& config, const BlockSource& blocks,
@@ -33,8 +32,9 @@ CogVideoXTransformer::CogVideoXTransformer(const CogVideoXConfig& config, const 
   TESSERA_CHECK_ARG(config.num_attention_heads >= 1 && config.attention_head_dim >= 1 &&
                         config.time_embed_dim >= 1 && config.num_layers >= 0,
                     "CogVideoX config: num_attention_heads = ", config.num_attention_heads,
-                    ", attention_head_dim = ", config.attention_head_dim, ", time_embed_dim = ",
-                    config.time_embed_dim, ", num_layers = ", config.num_layers,
+                    ", attention_head_dim = ", config.attention_head_dim,
+                    ", time_embed_dim = ", config.time_embed_dim,
+                    ", num_layers = ", config.num_layers,
                     ": expected the first three >= 1 and num_layers >= 0");
   TESSERA_CHECK_ARG(video_tokens >= 1 && text_tokens >= 0, "video_tokens = ", video_tokens,
                     ", text_tokens = ", text_tokens, ": expected >= 1 and >= 0");
@@ -221,7 +221,8 @@ void CogVideoXTransformer::forward(const TensorView& video, const TensorView& te
   TESSERA_CHECK_ARG(int64_t(temb.size()) == config_.time_embed_dim, "temb: ", temb.size(),
                     " values, expected time_embed_dim = ", config_.time_embed_dim);
   std::vector<std::byte> bytes(temb.size() * dtype_size(dtype_));
-  for (size_t i = 0; i < temb.size(); ++i) store_from_float(bytes.data(), dtype_, int64_t(i), temb[i]);
+  for (size_t i = 0; i < temb.size(); ++i)
+    store_from_float(bytes.data(), dtype_, int64_t(i), temb[i]);
   copy_bytes(temb_.data(), bytes.data(), bytes.size(), s);
   silu(temb_.view(), cond_.view(), s);
   if (!blocks_.empty()) linear(cond_.view(), modulation_, mod_.view(), s);

@@ -10,8 +10,9 @@ void planned_linear(GemmPlans& plans, const TensorView& a, const Tensor& weight,
   if (m == 0) return;
   const bool has_bias = !bias.view().empty();
   auto& g = plans[{m, n, k, has_bias}];
-  if (!g) g = std::make_unique<gemm::Gemm>(gemm::GemmShape{m, n, k, dtype, dtype, true, has_bias},
-                                           device);
+  if (!g)
+    g = std::make_unique<gemm::Gemm>(gemm::GemmShape{m, n, k, dtype, dtype, true, has_bias},
+                                     device);
   g->run(a, weight, has_bias ? bias.view() : TensorView(), out, stream);
 }
 

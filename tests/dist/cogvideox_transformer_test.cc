@@ -40,7 +40,8 @@ std::vector<float> values(int64_t n, int salt) {
 std::vector<float> rows_of(const std::vector<float>& all, int64_t cols,
                            const std::vector<int64_t>& tokens) {
   std::vector<float> rows;
-  for (int64_t t : tokens) rows.insert(rows.end(), all.begin() + t * cols, all.begin() + (t + 1) * cols);
+  for (int64_t t : tokens)
+    rows.insert(rows.end(), all.begin() + t * cols, all.begin() + (t + 1) * cols);
   return rows;
 }
 
@@ -82,14 +83,13 @@ struct Case {
 };
 
 TEST(CogVideoXTransformerTest, MatchesTheFloat32BlocksOnEveryRank) {
-  for (const Case& k : {Case{1, sp::Method::kRing, 24, 5, true},
-                        Case{1, sp::Method::kRing, 24, 0, false},
-                        Case{2, sp::Method::kUlysses, 24, 6, true},
-                        Case{4, sp::Method::kRing, 32, 3, false},
-                        Case{4, sp::Method::kUsp, 32, 4, true}}) {
-    SCOPED_TRACE(::testing::Message() << k.ranks << " ranks, method " << int(k.method) << ", L "
-                                      << k.video << ", J " << k.text
-                                      << (k.affine ? ", affine norms" : ""));
+  for (const Case& k :
+       {Case{1, sp::Method::kRing, 24, 5, true}, Case{1, sp::Method::kRing, 24, 0, false},
+        Case{2, sp::Method::kUlysses, 24, 6, true}, Case{4, sp::Method::kRing, 32, 3, false},
+        Case{4, sp::Method::kUsp, 32, 4, true}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << k.ranks << " ranks, method " << int(k.method) << ", L " << k.video << ", J "
+                 << k.text << (k.affine ? ", affine norms" : ""));
     const CogVideoXConfig f = small_cogvideox(k.affine);
     const int64_t c = f.inner_dim();
     const std::vector<float> video = values(k.video * c, 1), temb = values(f.time_embed_dim, 3);
@@ -153,19 +153,22 @@ TEST(CogVideoXTransformerTest, ReplannedAttentionKeepsTheWeights) {
 TEST(CogVideoXTransformerTest, BadDtypesConfigsAndInputsAreRefusedByName) {
   const CogVideoXConfig f = small_cogvideox(true);
   run_cpu_ranks(1, 1, test_options(), [&](RankContext& ctx) {
-    expect_error([&] { model::CogVideoXTransformer(f, random_blocks(f), ctx, 24, 5, DType::kBF16); },
-                 ErrorCode::kInvalidArgument, {"dtype = bf16", "f32 on the cpu backend"});
+    expect_error(
+        [&] { model::CogVideoXTransformer(f, random_blocks(f), ctx, 24, 5, DType::kBF16); },
+        ErrorCode::kInvalidArgument, {"dtype = bf16", "f32 on the cpu backend"});
     CogVideoXConfig rope = f;
     rope.use_rotary_positional_embeddings = true;
-    expect_error([&] { model::CogVideoXTransformer(rope, random_blocks(f), ctx, 24, 5, DType::kF32); },
-                 ErrorCode::kUnsupported, {"use_rotary_positional_embeddings", "CogVideoX-2B"});
+    expect_error(
+        [&] { model::CogVideoXTransformer(rope, random_blocks(f), ctx, 24, 5, DType::kF32); },
+        ErrorCode::kUnsupported, {"use_rotary_positional_embeddings", "CogVideoX-2B"});
     expect_error([&] { model::CogVideoXTransformer(f, random_blocks(f), ctx, 0, 5, DType::kF32); },
                  ErrorCode::kInvalidArgument, {"video_tokens = 0"});
     model::CogVideoXTransformer model(f, random_blocks(f), ctx, 24, 5, DType::kF32);
     const int64_t c = f.inner_dim();
     std::vector<float> video(size_t(24 * c)), text(size_t(5 * c)), temb(size_t(f.time_embed_dim));
     expect_error([&] { model.forward(view(video, 24, c - 1), view(text, 5, c), temb, ctx.stream); },
-                 ErrorCode::kInvalidArgument, {"video = f32[24, 63]", "expected contiguous f32[24, 64]"});
+                 ErrorCode::kInvalidArgument,
+                 {"video = f32[24, 63]", "expected contiguous f32[24, 64]"});
     temb.pop_back();
     expect_error([&] { model.forward(view(video, 24, c), view(text, 5, c), temb, ctx.stream); },
                  ErrorCode::kInvalidArgument, {"temb: 23 values", "time_embed_dim = 24"});

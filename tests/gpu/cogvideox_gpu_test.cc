@@ -96,7 +96,8 @@ TEST(CogVideoXGpuWorker, MatchesTheFloat32Blocks) {
     const std::vector<int64_t>& tokens = model.local_video_tokens();
     const int64_t n = int64_t(tokens.size());
     std::vector<float> rows;
-    for (int64_t t : tokens) rows.insert(rows.end(), video.begin() + t * c, video.begin() + (t + 1) * c);
+    for (int64_t t : tokens)
+      rows.insert(rows.end(), video.begin() + t * c, video.begin() + (t + 1) * c);
     auto step = [&](Tensor& x, Tensor& text) {
       x = upload(rows, n, c, *ctx);
       text = upload(values(kText * c, 2), kText, c, *ctx);
@@ -117,7 +118,8 @@ TEST(CogVideoXGpuWorker, MatchesTheFloat32Blocks) {
     for (size_t i = 0; i < got_text.size(); ++i)
       worst = std::max(worst, std::fabs(double(got_text[i]) - want_text[i]));
     std::printf("rank %d: %lld rows, max error %.4g of largest %.4g (%s)\n", ctx->rank,
-                static_cast<long long>(n), worst, largest, model.attention_plan().summary().c_str());
+                static_cast<long long>(n), worst, largest,
+                model.attention_plan().summary().c_str());
     EXPECT_LE(worst, 0.03 * largest);
     Tensor x2, text2;
     const auto [again, again_text] = step(x2, text2);

@@ -15,11 +15,11 @@ constexpr int64_t kWave = 396;
 
 TEST(SplitKvRule, FillsOneWaveWhereItCan) {
   // Llama-3-8B's 8 KV heads: the counts measured fastest on an H200 (docs/PERF.md).
-  EXPECT_EQ(split_kv_splits(1, 8, 4096, kWave), 32);    // 256 CTAs of 128 tokens
-  EXPECT_EQ(split_kv_splits(1, 8, 16384, kWave), 49);   // 392 CTAs
-  EXPECT_EQ(split_kv_splits(16, 8, 4096, kWave), 3);    // 384 CTAs
+  EXPECT_EQ(split_kv_splits(1, 8, 4096, kWave), 32);   // 256 CTAs of 128 tokens
+  EXPECT_EQ(split_kv_splits(1, 8, 16384, kWave), 49);  // 392 CTAs
+  EXPECT_EQ(split_kv_splits(16, 8, 4096, kWave), 3);   // 384 CTAs
   EXPECT_EQ(split_kv_splits(16, 8, 16384, kWave), 3);
-  EXPECT_EQ(split_kv_splits(4, 8, 1024, kWave), 8);     // capped by 128-token splits
+  EXPECT_EQ(split_kv_splits(4, 8, 1024, kWave), 8);  // capped by 128-token splits
 }
 
 TEST(SplitKvRule, KeepsSplitsOfAtLeast128TokensAndOneSplitForShortContexts) {

@@ -340,29 +340,37 @@ struct MethodStep {
   std::string plan;
 };
 
-// The cuda runs' method loop: for each method (`prepare` replans from the second on), the step
-// timed --iters times after an untimed one (host clock around the step and a stream
+// The cuda runs' method loop, once the model is loaded (in load_s seconds, planned for the first
+// method): for each method (`replan` switches to it from the second on), the step `prepare`
+// gives timed --iters times after an untimed one (host clock around the step and a stream
 // synchronize, slowest rank), the prediction gathered and compared with the first method's,
 // printed and recorded; then finish().
 void time_methods(const Options& opt, RankContext& ctx, const std::vector<sp::Method>& methods,
-                  int64_t seq, int64_t cols, DType dtype, double weights_gb,
-                  const std::function<MethodStep(size_t)>& prepare) {
+                  int64_t seq, int64_t cols, DType dtype, double weights_gb, double load_s,
+                  const std::function<void(sp::Method)>& replan,
+                  const std::function<MethodStep()>& prepare) {
+  if (ctx.rank == 0)
+    std::printf("# weights ready in %.1f s\n# %-10s %12s %14s  plan\n", load_s, "method",
+                "step_ms", "max_diff");
   const int iters = int(opt.integer("iters", 1, 1000));
   std::vector<float> first;
   std::vector<BenchRecord> records;
   for (size_t m = 0; m < methods.size(); ++m) {
-    const MethodStep run = prepare(m);
+    if (m > 0) replan(methods[m]);
+    const MethodStep run = prepare();
     std::vector<double> times;
     for (int it = 0; it <= iters; ++it) {
       const auto start = std::chrono::steady_clock::now();
       run.step();
       ctx.stream.synchronize();
       if (it > 0)
-        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        times.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
     std::sort(times.begin(), times.end());
     const double step_s = max_across_ranks(ctx, times[times.size() / 2]);
-    const std::vector<float> prediction = gather_prediction(ctx, run.tokens, run.output(), cols, seq);
+    const std::vector<float> prediction =
+        gather_prediction(ctx, run.tokens, run.output(), cols, seq);
     if (first.empty()) first = prediction;
     double max_diff = 0, largest = 0;
     for (size_t i = 0; i < prediction.size(); ++i) {
@@ -451,23 +459,20 @@ int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp
     const double load_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
     const Tensor text = j > 0 ? to_device(in.text, j, f.joint_attention_dim, dtype, ctx) : Tensor();
-    if (ctx.rank == 0)
-      std::printf("# weights ready in %.1f s\n# %-10s %12s %14s  plan\n", load_s, "method",
-                  "step_ms", "max_diff");
     Tensor image, out;
-    time_methods(opt, ctx, methods, seq, cols, dtype, double(dit.weight_bytes()) * 1e-9,
-                 [&](size_t m) {
-                   if (m > 0) {
-                     options.method = methods[m];
-                     dit.replan_attention(options);
-                   }
+    auto replan = [&](sp::Method method) {
+      options.method = method;
+      dit.replan_attention(options);
+    };
+    time_methods(opt, ctx, methods, seq, cols, dtype, double(dit.weight_bytes()) * 1e-9, load_s,
+                 replan, [&] {
                    const std::vector<int64_t>& tokens = dit.local_image_tokens();
                    const int64_t n = int64_t(tokens.size());
                    image = to_device(rows_at(in.image, f.in_channels, tokens), n, f.in_channels,
                                      dtype, ctx);
                    out = Tensor::empty({n, cols}, dtype, ctx.device);
-                   return MethodStep{tokens,
-                                     [&] { dit.forward(image, text.view(), in.cond, out, ctx.stream); },
+                   auto step = [&] { dit.forward(image, text.view(), in.cond, out, ctx.stream); };
+                   return MethodStep{tokens, step,
                                      [&] { return to_host(out, ctx); },
                                      dit.attention_plan().summary()};
                  });
@@ -507,24 +512,22 @@ int run_cogvideox_cuda(const Options& opt, const CogVideoXInputs& in,
         std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
     const Tensor text_in = j > 0 ? to_device(in.encoder, j, c, dtype, ctx) : Tensor();
     const Tensor text = j > 0 ? Tensor::empty({j, c}, dtype, ctx.device) : Tensor();
-    if (ctx.rank == 0)
-      std::printf("# weights ready in %.1f s\n# %-10s %12s %14s  plan\n", load_s, "method",
-                  "step_ms", "max_diff");
     Tensor video_in, video;
     const size_t e = dtype_size(dtype);
-    time_methods(opt, ctx, methods, seq, c, dtype, double(dit.weight_bytes()) * 1e-9,
-                 [&](size_t m) {
-                   if (m > 0) {
-                     options.method = methods[m];
-                     dit.replan_attention(options);
-                   }
+    auto replan = [&](sp::Method method) {
+      options.method = method;
+      dit.replan_attention(options);
+    };
+    time_methods(opt, ctx, methods, seq, c, dtype, double(dit.weight_bytes()) * 1e-9, load_s,
+                 replan, [&] {
                    const std::vector<int64_t>& tokens = dit.local_video_tokens();
                    const int64_t n = int64_t(tokens.size());
                    video_in = to_device(rows_at(in.hidden, c, tokens), n, c, dtype, ctx);
                    video = Tensor::empty({n, c}, dtype, ctx.device);
                    auto step = [&, n] {
                      copy_bytes(video.data(), video_in.data(), size_t(n * c) * e, ctx.stream);
-                     if (j > 0) copy_bytes(text.data(), text_in.data(), size_t(j * c) * e, ctx.stream);
+                     if (j > 0)
+                       copy_bytes(text.data(), text_in.data(), size_t(j * c) * e, ctx.stream);
                      dit.forward(video, text.view(), in.temb, ctx.stream);
                    };
                    return MethodStep{tokens, step, [&] { return to_host(video, ctx); },

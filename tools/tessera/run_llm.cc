@@ -189,7 +189,8 @@ LlmRun run_cuda_rank(const LlmArgs& a, RankContext& ctx) {
       a, ctx, run, inputs,
       [&] {
         if (!a.logits)
-          return prefill_prompts(a, inputs, [&] { return m.forward_greedy(inputs, strategy.get()); });
+          return prefill_prompts(a, inputs,
+                                 [&] { return m.forward_greedy(inputs, strategy.get()); });
         std::vector<float> logits = m.forward(inputs, model::LogitRows::kAll, strategy.get());
         run.prefill_logits.assign(logits.begin(), logits.begin() + prompt * vocab);
         std::vector<int32_t> next;

@@ -74,7 +74,7 @@ class CogVideoXTransformer {
   };
   struct Block {
     Linear q, k, v, out, up, down;
-    Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;  // [C] or empty (not affine)
+    Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;      // [C] or empty (not affine)
     Tensor norm_q_weight, norm_q_bias, norm_k_weight, norm_k_bias;  // [D]
     int64_t modulation = 0;  // first column of its 12 C modulation values (norm1's, then norm2's)
   };
@@ -82,8 +82,7 @@ class CogVideoXTransformer {
   void linear(const TensorView& a, const Linear& l, const TensorView& out, const Stream& s);
   // h's text and video rows layer-normed (weight, bias) into normed_, then modulated with the
   // (shift, scale, -, enc_shift, enc_scale) columns at `modulation`.
-  void norm_modulate(const Tensor& weight, const Tensor& bias, int64_t modulation,
-                     const Stream& s);
+  void norm_modulate(const Tensor& weight, const Tensor& bias, int64_t modulation, const Stream& s);
   // hidden_ += gate * y, the video rows with the gate at `gate`, the text rows with gate + 3 C.
   void add_gated(const TensorView& y, int64_t gate, const Stream& s);
   void attend(const Stream& s);
