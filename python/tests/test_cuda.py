@@ -169,7 +169,7 @@ def test_fused_decode_block_matches_numpy():
     rng = np.random.default_rng(5)
     B, ctx_len, G, D = 3, 64, FUSABLE["num_kv_heads"], FUSABLE["head_dim"]
     block = tessera.decode.AttentionBlock(FUSABLE, max_batch=B, max_context=ctx_len,
-                                          dtype="bfloat16", device="cuda:0")
+                                          dtype="bfloat16", device="cuda:0", impl="fused")
     assert block.impl == "fused", block.summary
     to_gpu = lambda a: torch.from_numpy(np.asarray(a, np.float32)).to(DEVICE, torch.bfloat16)
     w = {k: to_gpu(a) for k, a in make_weights(FUSABLE, rng).items()}

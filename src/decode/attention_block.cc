@@ -229,8 +229,15 @@ AttentionBlock::AttentionBlock(const AttentionBlockOptions& options) : options_(
                     ": the fused decode kernel loads 16 cached tokens a copy (pages of a multiple of 16)");
     TESSERA_CHECK(options.impl != DecodeImpl::kFused || why_not.empty(), ErrorCode::kUnsupported,
                   "impl = fused: ", why_not);
-    impl_ = options.impl == DecodeImpl::kUnfused || !why_not.empty() ? DecodeImpl::kUnfused
-                                                                      : DecodeImpl::kFused;
+    // kAuto takes the fused kernel only where it beat the unfused path with the tensor-core
+    // split-KV kernel in one run on an H200 (docs/PERF.md): Llama-2's single-head groups at
+    // batch 1 and up to 4096 positions (61.6 vs 78.4 us at 1024, 84.7 vs 90.5 at 4096; 161 vs
+    // 138 at 16384); Llama-3's groups of 4 lost at every batch and context measured.
+    const bool fused_pays =
+        m.group_size() == 1 && options.max_batch == 1 && options.max_context <= 4096;
+    const bool fused = options.impl == DecodeImpl::kFused ||
+                       (options.impl == DecodeImpl::kAuto && why_not.empty() && fused_pays);
+    impl_ = fused ? DecodeImpl::kFused : DecodeImpl::kUnfused;
     if (!latent && impl_ == DecodeImpl::kUnfused) {
       unfused_ = detail::cuda_plan_unfused(options);
       inv_freq_ = rope_inv_freq(m);

@@ -103,10 +103,12 @@ struct DecodeStep {
   TensorView out;        // [B, hidden] the block's output, x's dtype
 };
 
-// kAuto: fused where the fused kernel takes the shape (head_dim 128, 1/2/4/8 query heads per
-// KV head, hidden a multiple of 128), else unfused. kUnfused: cuBLASLt projections, a RoPE and
-// cache-append kernel and split-KV attention (cuda); the float64 reference (cpu). MLA plans
-// run as above, but kAuto is unfused on cuda (there the faster path at every measured shape).
+// kAuto: on cuda, the fused kernel where it takes the shape (head_dim 128, 1/2/4/8 query heads
+// per KV head, hidden a multiple of 128) and measured faster than the unfused path (one query
+// head per KV head, batch 1, contexts up to 4096: docs/PERF.md, "Split-KV decode on tensor
+// cores"), else unfused; MLA plans unfused. On cpu, fused where it takes the shape. kUnfused:
+// cuBLASLt projections, a RoPE and cache-append kernel and split-KV attention (cuda); the
+// float64 reference (cpu).
 enum class DecodeImpl { kAuto, kFused, kUnfused };
 
 struct AttentionBlockOptions {
