@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <string>
 
-#include "model/device_linear.h"
+#include "model/dit_device.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
 #include "tessera/runtime/memory.h"
@@ -111,19 +111,8 @@ CogVideoXTransformer::CogVideoXTransformer(const CogVideoXConfig& config, const 
 CogVideoXTransformer::~CogVideoXTransformer() = default;
 
 void CogVideoXTransformer::replan_attention(const sp::PlanOptions& options) {
-  sp::PlanRequest request;
-  request.batch = 1;
-  request.seq_len = video_tokens_;
-  request.heads = request.kv_heads = int(heads_);
-  request.head_dim = int(d_);
-  request.dtype = dtype_;
-  request.joint_tokens = text_;
-  request.options = options;
-  attention_.reset();  // its buffers go before the new plan's are made
-  attention_ = sp::SpAttention::create(*ctx_, request);
-  local_tokens_.clear();
-  for (const sp::TokenRun& run : attention_->local_tokens())
-    for (int64_t i = 0; i < run.count; ++i) local_tokens_.push_back(run.at(i) - text_);
+  local_tokens_ =
+      replan_joint_attention(attention_, *ctx_, video_tokens_, text_, heads_, d_, dtype_, options);
   video_ = int64_t(local_tokens_.size());
   const int64_t rows = text_ + video_;
   for (Tensor* b : {&hidden_, &normed_, &q_, &k_, &v_, &attn_, &tmp_})

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "model/dit_ops.h"
-#include "model/device_linear.h"
+#include "model/dit_device.h"
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
 #include "tessera/runtime/memory.h"
@@ -268,19 +268,8 @@ FluxTransformer::FluxTransformer(const FluxConfig& config, const FluxTensorSourc
 }
 
 void FluxTransformer::replan_attention(const sp::PlanOptions& options) {
-  sp::PlanRequest request;
-  request.batch = 1;
-  request.seq_len = shape_.image_tokens;
-  request.heads = request.kv_heads = int(heads_);
-  request.head_dim = int(d_);
-  request.dtype = dtype_;
-  request.joint_tokens = shape_.text_tokens;
-  request.options = options;
-  attention_.reset();  // its buffers go before the new plan's are made
-  attention_ = sp::SpAttention::create(*ctx_, request);
-  local_tokens_.clear();
-  for (const sp::TokenRun& run : attention_->local_tokens())
-    for (int64_t i = 0; i < run.count; ++i) local_tokens_.push_back(run.at(i) - text_);
+  local_tokens_ = replan_joint_attention(attention_, *ctx_, shape_.image_tokens, text_, heads_, d_,
+                                         dtype_, options);
   image_ = int64_t(local_tokens_.size());
 
   // RoPE tables of this rank's image rows, and the step's activations.

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "gpu/bf16_tensors.h"
 #include "gpu/gpu_workers.h"
 #include "tessera/comm/bootstrap.h"
 #include "tessera/comm/context.h"
@@ -42,23 +43,8 @@ std::vector<float> values(int64_t n, int salt) {
   return v;
 }
 
-Tensor upload(const std::vector<float>& v, int64_t rows, int64_t cols, const RankContext& ctx) {
-  Tensor t = Tensor::empty({rows, cols}, DType::kBF16, ctx.device);
-  std::vector<uint16_t> bits;
-  for (float x : v) bits.push_back(float_to_bf16_bits(x));
-  copy_bytes(t.data(), bits.data(), bits.size() * 2, ctx.stream);
-  ctx.stream.synchronize();
-  return t;
-}
-
-std::vector<float> download(const Tensor& t, const RankContext& ctx) {
-  std::vector<uint16_t> bits(size_t(t.view().numel()));
-  copy_bytes(bits.data(), t.data(), bits.size() * 2, ctx.stream);
-  ctx.stream.synchronize();
-  std::vector<float> v;
-  for (uint16_t b : bits) v.push_back(bf16_bits_to_float(b));
-  return v;
-}
+using testing::download_bf16;
+using testing::upload_bf16;
 
 TEST(CogVideoXGpu, MatchesTheFloat32Blocks) {
   TESSERA_REQUIRE_GPUS(testing::gpus_for_test(2), 1);
@@ -99,10 +85,10 @@ TEST(CogVideoXGpuWorker, MatchesTheFloat32Blocks) {
     for (int64_t t : tokens)
       rows.insert(rows.end(), video.begin() + t * c, video.begin() + (t + 1) * c);
     auto step = [&](Tensor& x, Tensor& text) {
-      x = upload(rows, n, c, *ctx);
-      text = upload(values(kText * c, 2), kText, c, *ctx);
+      x = upload_bf16(rows, n, c, *ctx);
+      text = upload_bf16(values(kText * c, 2), kText, c, *ctx);
       model.forward(x, text.view(), temb, ctx->stream);
-      return std::pair{download(x, *ctx), download(text, *ctx)};
+      return std::pair{download_bf16(x, *ctx), download_bf16(text, *ctx)};
     };
     Tensor x, text;
     const auto [got, got_text] = step(x, text);

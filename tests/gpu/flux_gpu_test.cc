@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "gpu/bf16_tensors.h"
 #include "gpu/gpu_workers.h"
 #include "tessera/comm/bootstrap.h"
 #include "tessera/comm/context.h"
@@ -49,22 +50,8 @@ std::vector<float> values(int64_t n, int salt) {
 
 const FluxConditioning kConditioning{0.5f, 3.5f, values(24, 3)};
 
-Tensor upload(const std::vector<float>& v, int64_t rows, int64_t cols, const RankContext& ctx) {
-  Tensor t = Tensor::empty({rows, cols}, DType::kBF16, ctx.device);
-  std::vector<uint16_t> bits;
-  for (float x : v) bits.push_back(float_to_bf16_bits(x));
-  copy_bytes(t.data(), bits.data(), bits.size() * 2, ctx.stream);
-  return t;
-}
-
-std::vector<float> download(const Tensor& t, const RankContext& ctx) {
-  std::vector<uint16_t> bits(size_t(t.view().numel()));
-  copy_bytes(bits.data(), t.data(), bits.size() * 2, ctx.stream);
-  ctx.stream.synchronize();
-  std::vector<float> v;
-  for (uint16_t b : bits) v.push_back(bf16_bits_to_float(b));
-  return v;
-}
+using testing::download_bf16;
+using testing::upload_bf16;
 
 TEST(FluxGpu, MatchesTheFloat32Reference) {
   TESSERA_REQUIRE_GPUS(testing::gpus_for_test(2), 1);
@@ -95,11 +82,11 @@ TEST(FluxGpuWorker, MatchesTheFloat32Reference) {
     std::vector<float> rows;
     for (int64_t t : tokens)
       rows.insert(rows.end(), image.begin() + t * f.in_channels, image.begin() + (t + 1) * f.in_channels);
-    const Tensor x = upload(rows, n, f.in_channels, *ctx);
-    const Tensor c = upload(text, kShape.text_tokens, f.joint_attention_dim, *ctx);
+    const Tensor x = upload_bf16(rows, n, f.in_channels, *ctx);
+    const Tensor c = upload_bf16(text, kShape.text_tokens, f.joint_attention_dim, *ctx);
     const Tensor out = Tensor::empty({n, cols}, DType::kBF16, ctx->device);
     model.forward(x, c, kConditioning, out, ctx->stream);
-    const std::vector<float> got = download(out, *ctx);
+    const std::vector<float> got = download_bf16(out, *ctx);
     double largest = 0, worst = 0;
     for (float w : want) largest = std::max(largest, double(std::fabs(w)));
     for (int64_t r = 0; r < n; ++r)
@@ -112,7 +99,7 @@ TEST(FluxGpuWorker, MatchesTheFloat32Reference) {
                 static_cast<long long>(n), worst, largest, model.attention_plan().summary().c_str());
     EXPECT_LE(worst, 0.03 * largest);
     model.forward(x, c, kConditioning, out, ctx->stream);
-    EXPECT_EQ(download(out, *ctx), got) << "a second step differs";
+    EXPECT_EQ(download_bf16(out, *ctx), got) << "a second step differs";
   }
   ctx->bootstrap->barrier();
   std::fflush(stdout);

@@ -103,7 +103,7 @@ class CogVideoXTransformer {
   Tensor temb_, cond_, mod_;  // [1, time_embed], [1, time_embed], [1, 12 C blocks]
   Tensor hidden_, normed_, q_, k_, v_, attn_, mlp_, tmp_;  // [J + video rows, C | 4C]
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::unique_ptr<gemm::Gemm>>
-      gemms_;  // model/device_linear.h's GemmPlans
+      gemms_;  // model/dit_device.h's GemmPlans
 };
 
 }  // namespace tessera::model

@@ -118,7 +118,7 @@ class FluxTransformer {
   Tensor temb_, cond_, mod_;           // [1, C], [1, C], [1, modulation columns]
   Tensor hidden_, normed_, qkv_, attn_, mlp_, tmp_;  // [J + image rows, C | 3C | C | 4C | C]
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::unique_ptr<gemm::Gemm>>
-      gemms_;  // model/device_linear.h's GemmPlans
+      gemms_;  // model/dit_device.h's GemmPlans
 };
 
 }  // namespace tessera::model

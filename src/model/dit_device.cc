@@ -1,4 +1,4 @@
-#include "model/device_linear.h"
+#include "model/dit_device.h"
 
 #include <cstddef>
 
@@ -14,6 +14,26 @@ void planned_linear(GemmPlans& plans, const TensorView& a, const Tensor& weight,
     g = std::make_unique<gemm::Gemm>(gemm::GemmShape{m, n, k, dtype, dtype, true, has_bias},
                                      device);
   g->run(a, weight, has_bias ? bias.view() : TensorView(), out, stream);
+}
+
+std::vector<int64_t> replan_joint_attention(std::unique_ptr<sp::SpAttention>& attention,
+                                            RankContext& ctx, int64_t tokens, int64_t joint,
+                                            int64_t heads, int64_t head_dim, DType dtype,
+                                            const sp::PlanOptions& options) {
+  sp::PlanRequest request;
+  request.batch = 1;
+  request.seq_len = tokens;
+  request.heads = request.kv_heads = int(heads);
+  request.head_dim = int(head_dim);
+  request.dtype = dtype;
+  request.joint_tokens = joint;
+  request.options = options;
+  attention.reset();
+  attention = sp::SpAttention::create(ctx, request);
+  std::vector<int64_t> local;
+  for (const sp::TokenRun& run : attention->local_tokens())
+    for (int64_t i = 0; i < run.count; ++i) local.push_back(run.at(i) - joint);
+  return local;
 }
 
 TensorView row_span(const Tensor& t, int64_t first, int64_t n) {
