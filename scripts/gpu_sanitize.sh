@@ -67,11 +67,13 @@ sanitize_one() {
     elif [ "$tool" = memcheck ]; then
       # CUDA API errors that NCCL's initialization hits and handles itself (ncclInitKernelsForDevice
       # asks for the attributes of kernels its build has no image of): the call's first frame is
-      # in libnccl.
-      # (Every process's summary counts: the Flux test's workers are processes of their own.)
+      # in libnccl (the first host frame past the driver's own, libcuda).
+      # (Every process's summary counts: the DiT tests' workers are processes of their own.)
       errors=$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$log" | awk '{ n += $1 } END { print n + 0 }')
       api=$(grep -c "^========= Program hit" "$log")
-      nccl=$(awk '/^========= Program hit/ { at = NR + 2 } NR == at && /in libnccl\.so/ { n++ } END { print n + 0 }' "$log")
+      nccl=$(awk '/^========= Program hit/ { look = 1; next }
+                  look && /Host Frame/ && !/in libcuda\.so/ { if (/in libnccl\.so/) n++; look = 0 }
+                  END { print n + 0 }' "$log")
       [ "${errors:-0}" -gt 0 ] && [ "$errors" -eq "$api" ] && [ "$api" -eq "$nccl" ] &&
         { rc=0; summary="$summary: all $errors CUDA API errors NCCL's initialization hits and handles, none in Tessera's"; }
     fi

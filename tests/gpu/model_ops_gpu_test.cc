@@ -1,9 +1,10 @@
 // GPU tests of the layer-operation kernels (kernels/ops/) against the float32 cpu reference on
 // the same inputs, f32/bf16/f16, at sizes 1, odd, past one CTA's 256 threads and not multiples
 // of any vector width, and widths the 16-byte paths take (multiples of 8: 1000, 1024, 4096, the
-// norms' largest 8192, and 8200 past it); strided and in-place views. Outputs are poisoned (NaN bytes) first and
-// must be fully written; float outputs may differ from the reference by one rounding of the
-// dtype (the float32 sums run in another order), indices and copies must match exactly.
+// norms' narrow rows from 32 and largest 8192, and 8200 past it); strided and in-place views.
+// Outputs are poisoned (NaN bytes) first and must be fully written; float outputs may differ from
+// the reference by one rounding of the dtype (the float32 sums run in another order), indices and
+// copies must match exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,7 +85,9 @@ class ModelOpsGpu : public ::testing::Test {
 TEST_F(ModelOpsGpu, NormsWithFusedResidualMatchTheReference) {
   for (DType dtype : kFloatTypes)
     for (int64_t rows : {1, 3, 37})
-      for (int64_t c : {1, 7, 1000, 4096, 4099, 8192, 8200}) {
+      // Each lanes-per-row path of the 16-byte kernel (32 to 1000 several rows a CTA, 1920 up a
+      // CTA a row) and the generic one.
+      for (int64_t c : {1, 7, 32, 64, 128, 256, 512, 1000, 1920, 4096, 4099, 8192, 8200}) {
         Pair x = make({rows, c}, dtype, 1), res = make({rows, c}, dtype, 2);
         Pair w = make({c}, dtype, 3, 0.5f, 1.5f), b = make({c}, dtype, 4);
         for (int op = 0; op < 3; ++op) {  // RMSNorm, LayerNorm affine, LayerNorm plain
@@ -205,7 +208,8 @@ TEST_F(ModelOpsGpu, HeadRmsNormRotaryMatchesTheReferenceOnPackedQkv) {
           head_rms_norm_rotary(g, weight.device, 1e-6f, tables ? cos.device.view() : TensorView(),
                                tables ? sin.device.view() : TensorView(), g, stream_);
         }
-        SCOPED_TRACE(::testing::Message() << "D " << d << (tables ? " with" : " without") << " tables");
+        SCOPED_TRACE(::testing::Message()
+                     << "D " << d << (tables ? " with" : " without") << " tables");
         expect_close(qkv, "head_rms_norm_rotary (v untouched)", 1e-4);
       }
 }
