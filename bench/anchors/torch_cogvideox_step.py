@@ -13,12 +13,11 @@ own (host clock around the step and a synchronize):
 Records: bench "dit", case "cogvideox L<seq>", impl "torch" / "torch compiled".
 """
 import argparse
-import time
 
 import torch
 from diffusers.models.transformers.cogvideox_transformer_3d import CogVideoXBlock
 
-from torch_flux_step import write_json
+from torch_flux_step import time_step, write_json
 
 HEADS, HEAD_DIM, TIME_EMBED = 30, 64, 512
 
@@ -67,24 +66,8 @@ def main():
                               generator=g).bfloat16(),
                   torch.randn(1, TIME_EMBED, device="cuda", generator=g).bfloat16())
         for impl, fn in fns.items():
-            times = []
-            with torch.no_grad():
-                for it in range(args.warmup + args.iters):
-                    torch.cuda.synchronize()
-                    start = time.perf_counter()
-                    out = fn(*inputs)
-                    torch.cuda.synchronize()
-                    if it >= args.warmup:
-                        times.append(time.perf_counter() - start)
-            times.sort()
-            median = times[len(times) // 2]
-            ok = bool(torch.isfinite(out).all().item())
-            print(f"cogvideox L{seq:<6} J{args.text} {impl:<16} {1e3 * median:10.2f} ms"
-                  f" (min {1e3 * times[0]:.2f}, max {1e3 * times[-1]:.2f})", flush=True)
-            records.append({"bench": "dit", "case": f"cogvideox L{seq}", "impl": impl, "gpu": gpu,
-                            "num_gpus": 1, "topology": "1x1", "median_us": 1e6 * median,
-                            "ok": ok, "min_us": 1e6 * times[0], "max_us": 1e6 * times[-1],
-                            "text_tokens": args.text})
+            records.append(time_step(lambda: fn(*inputs), args, f"cogvideox L{seq}", impl,
+                                     args.text, gpu))
     if args.json:
         write_json(args.json, records)
 

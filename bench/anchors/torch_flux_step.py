@@ -85,6 +85,29 @@ def step_arguments(doc, seq_default):
     return ap
 
 
+def time_step(step, args, case, impl, text, gpu):
+    """Times `step()` (a torch step returning its output) as Tessera times its own: host clock
+    around the call and a synchronize, --warmup untimed then --iters timed; prints the median and
+    spread and returns the record (bench_record.cc's layout)."""
+    times = []
+    with torch.no_grad():
+        for it in range(args.warmup + args.iters):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            out = step()
+            torch.cuda.synchronize()
+            if it >= args.warmup:
+                times.append(time.perf_counter() - start)
+    times.sort()
+    median = times[len(times) // 2]
+    print(f"{case:<18} J{text} {impl:<16} {1e3 * median:10.2f} ms"
+          f" (min {1e3 * times[0]:.2f}, max {1e3 * times[-1]:.2f})", flush=True)
+    return {"bench": "dit", "case": case, "impl": impl, "gpu": gpu, "num_gpus": 1,
+            "topology": "1x1", "median_us": 1e6 * median,
+            "ok": bool(torch.isfinite(out).all().item()), "min_us": 1e6 * times[0],
+            "max_us": 1e6 * times[-1], "text_tokens": text}
+
+
 def main():
     ap = step_arguments(__doc__, "4096,16384")
     ap.add_argument("--compile", action="store_true")
@@ -102,24 +125,8 @@ def main():
     for seq in (int(s) for s in args.seq.split(",")):
         kwargs = step_inputs(seq, args.text)
         for impl, fn in fns.items():
-            times = []
-            with torch.no_grad():
-                for it in range(args.warmup + args.iters):
-                    torch.cuda.synchronize()
-                    start = time.perf_counter()
-                    out = fn(**kwargs)[0]
-                    torch.cuda.synchronize()
-                    if it >= args.warmup:
-                        times.append(time.perf_counter() - start)
-            times.sort()
-            median = times[len(times) // 2]
-            ok = bool(torch.isfinite(out).all().item())
-            print(f"flux L{seq:<6} J{args.text} {impl:<16} {1e3 * median:10.2f} ms"
-                  f" (min {1e3 * times[0]:.2f}, max {1e3 * times[-1]:.2f})", flush=True)
-            records.append({"bench": "dit", "case": f"flux L{seq}", "impl": impl, "gpu": gpu,
-                            "num_gpus": 1, "topology": "1x1", "median_us": 1e6 * median,
-                            "ok": ok, "min_us": 1e6 * times[0], "max_us": 1e6 * times[-1],
-                            "text_tokens": args.text})
+            records.append(time_step(lambda: fn(**kwargs)[0], args, f"flux L{seq}", impl,
+                                     args.text, gpu))
     if args.json:
         write_json(args.json, records)
 
