@@ -8,6 +8,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -123,13 +124,10 @@ class SpAttentionLayer {
   // Image token indices (0 .. seq_len - 1) of this rank's local rows, in row order.
   NumpyArray local_tokens() const {
     std::shared_ptr<sp::SpAttention> layer = live("local_tokens");
-    const int64_t joint = layer->shape().joint_tokens;
-    std::vector<size_t> dims = {size_t(layer->local_rows())};
-    auto* idx = new int64_t[dims[0] == 0 ? 1 : dims[0]];
-    size_t n = 0;
-    for (const sp::TokenRun& run : layer->local_tokens()) {
-      for (int64_t i = 0; i < run.count; ++i) idx[n++] = run.at(i) - joint;
-    }
+    const std::vector<int64_t> tokens = layer->local_sequence_tokens();
+    std::vector<size_t> dims = {tokens.size()};
+    auto* idx = new int64_t[tokens.empty() ? 1 : tokens.size()];
+    std::copy(tokens.begin(), tokens.end(), idx);
     nb::capsule owner(idx, [](void* p) noexcept { delete[] static_cast<int64_t*>(p); });
     return NumpyArray(idx, 1, dims.data(), owner, nullptr, nb::dtype<int64_t>());
   }

@@ -20,20 +20,10 @@ std::vector<int64_t> replan_joint_attention(std::unique_ptr<sp::SpAttention>& at
                                             RankContext& ctx, int64_t tokens, int64_t joint,
                                             int64_t heads, int64_t head_dim, DType dtype,
                                             const sp::PlanOptions& options) {
-  sp::PlanRequest request;
-  request.batch = 1;
-  request.seq_len = tokens;
-  request.heads = request.kv_heads = int(heads);
-  request.head_dim = int(head_dim);
-  request.dtype = dtype;
-  request.joint_tokens = joint;
-  request.options = options;
   attention.reset();
-  attention = sp::SpAttention::create(ctx, request);
-  std::vector<int64_t> local;
-  for (const sp::TokenRun& run : attention->local_tokens())
-    for (int64_t i = 0; i < run.count; ++i) local.push_back(run.at(i) - joint);
-  return local;
+  attention = sp::SpAttention::create(
+      ctx, sp::joint_attention_request(tokens, joint, heads, head_dim, dtype, options));
+  return attention->local_sequence_tokens();
 }
 
 TensorView row_span(const Tensor& t, int64_t first, int64_t n) {

@@ -50,19 +50,10 @@ FluxDit::FluxDit(const FluxConfig& config, FluxDitWeights weights, RankContext& 
                     "weights: ", w_.double_blocks.size(), " double and ", w_.single_blocks.size(),
                     " single blocks, expected num_layers = ", config.num_layers,
                     " and num_single_layers = ", config.num_single_layers);
-  sp::PlanRequest request;
-  request.batch = 1;
-  request.seq_len = shape.image_tokens;
-  request.heads = int(heads_);
-  request.kv_heads = int(heads_);
-  request.head_dim = int(d_);
-  request.dtype = DType::kF32;
-  request.joint_tokens = shape.text_tokens;
-  request.options = sp_options;
-  attention_ = sp::SpAttention::create(ctx, request);
-  for (const sp::TokenRun& run : attention_->local_tokens()) {
-    for (int64_t i = 0; i < run.count; ++i) local_tokens_.push_back(run.at(i) - shape.text_tokens);
-  }
+  attention_ = sp::SpAttention::create(
+      ctx, sp::joint_attention_request(shape.image_tokens, shape.text_tokens, heads_, d_,
+                                       DType::kF32, sp_options));
+  local_tokens_ = attention_->local_sequence_tokens();
   rows_ = int64_t(local_tokens_.size());
   std::vector<int64_t> text_tokens;  // text ids are (0, 0, 0): the image token 0's
   text_tokens.assign(size_t(shape.text_tokens), 0);

@@ -55,6 +55,15 @@ std::unique_ptr<SpAttention> SpAttention::create(RankContext& ctx, const PlanReq
 
 SpAttention::~SpAttention() = default;
 
+std::vector<int64_t> SpAttention::local_sequence_tokens() const {
+  const int64_t joint = shape().joint_tokens;
+  std::vector<int64_t> tokens;
+  tokens.reserve(size_t(local_rows_));
+  for (const TokenRun& run : local_tokens_)
+    for (int64_t i = 0; i < run.count; ++i) tokens.push_back(run.at(i) - joint);
+  return tokens;
+}
+
 const Plan& SpAttention::plan() const {
   return executor_->plan();
 }

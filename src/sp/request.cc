@@ -39,6 +39,19 @@ Method parse_method(std::string_view text, std::string_view what) {
                   "': expected auto, ring, ulysses, usp, tas, torus (streamfusion) or mesh"));
 }
 
+PlanRequest joint_attention_request(int64_t tokens, int64_t joint, int64_t heads, int64_t head_dim,
+                                    DType dtype, const PlanOptions& options) {
+  PlanRequest request;
+  request.batch = 1;
+  request.seq_len = tokens;
+  request.heads = request.kv_heads = int(heads);
+  request.head_dim = int(head_dim);
+  request.dtype = dtype;
+  request.joint_tokens = joint;
+  request.options = options;
+  return request;
+}
+
 AttentionShape PlanRequest::shape() const {
   TESSERA_CHECK_ARG(batch >= 1, "batch = ", batch, ": expected >= 1");
   TESSERA_CHECK_ARG(seq_len >= 1, "seq_len = ", seq_len, ": expected >= 1");

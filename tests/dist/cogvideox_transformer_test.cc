@@ -58,17 +58,10 @@ void reference_step(const CogVideoXConfig& f, RankContext& ctx, int64_t video, i
                     const sp::PlanOptions& options, std::vector<float>& rows,
                     std::vector<float>& text_rows, const std::vector<float>& temb,
                     std::vector<int64_t>& tokens) {
-  sp::PlanRequest request;
-  request.seq_len = video;
-  request.joint_tokens = text;
-  request.heads = request.kv_heads = int(f.num_attention_heads);
-  request.head_dim = int(f.attention_head_dim);
-  request.dtype = DType::kF32;
-  request.options = options;
-  const std::unique_ptr<sp::SpAttention> attention = sp::SpAttention::create(ctx, request);
-  tokens.clear();
-  for (const sp::TokenRun& run : attention->local_tokens())
-    for (int64_t i = 0; i < run.count; ++i) tokens.push_back(run.at(i) - text);
+  const std::unique_ptr<sp::SpAttention> attention = sp::SpAttention::create(
+      ctx, sp::joint_attention_request(video, text, f.num_attention_heads, f.attention_head_dim,
+                                       DType::kF32, options));
+  tokens = attention->local_sequence_tokens();
   for (int64_t i = 0; i < f.num_layers; ++i) {
     const model::CogVideoXBlock block(f, model::random_cogvideox_block(f, i, kSeed), *attention);
     block.forward(rows, text_rows, temb, {}, {});

@@ -60,13 +60,9 @@ TEST(CogVideoXGpuWorker, MatchesTheFloat32Blocks) {
   // The reference: the blocks on one cpu rank over every video token.
   std::vector<float> want = video, want_text = values(kText * c, 2);
   run_cpu_ranks(1, 1, ContextOptions{}, [&](RankContext& cpu) {
-    sp::PlanRequest request;
-    request.seq_len = kVideo;
-    request.joint_tokens = kText;
-    request.heads = request.kv_heads = int(f.num_attention_heads);
-    request.head_dim = int(f.attention_head_dim);
-    request.dtype = DType::kF32;
-    const std::unique_ptr<sp::SpAttention> attention = sp::SpAttention::create(cpu, request);
+    const std::unique_ptr<sp::SpAttention> attention = sp::SpAttention::create(
+        cpu, sp::joint_attention_request(kVideo, kText, f.num_attention_heads, f.attention_head_dim,
+                                         DType::kF32));
     for (int64_t i = 0; i < f.num_layers; ++i)
       CogVideoXBlock(f, random_cogvideox_block(f, i, kSeed), *attention)
           .forward(want, want_text, temb, {}, {});

@@ -244,14 +244,9 @@ StepFn cogvideox_step(const Options& opt, const CogVideoXInputs& inputs) {
   auto temb = std::make_shared<std::vector<float>>(inputs.temb);
   const std::string weights = opt.text("weights");
   return [=](RankContext& ctx, const sp::PlanOptions& options) {
-    sp::PlanRequest request;
-    request.seq_len = seq;
-    request.joint_tokens = j;
-    request.heads = request.kv_heads = int(config.num_attention_heads);
-    request.head_dim = int(config.attention_head_dim);
-    request.dtype = DType::kF32;
-    request.options = options;
-    std::shared_ptr<sp::SpAttention> attention = sp::SpAttention::create(ctx, request);
+    std::shared_ptr<sp::SpAttention> attention = sp::SpAttention::create(
+        ctx, sp::joint_attention_request(seq, j, config.num_attention_heads,
+                                         config.attention_head_dim, DType::kF32, options));
     auto blocks = std::make_shared<std::vector<model::CogVideoXBlock>>();
     const model::WeightStore store =
         weights.empty() ? model::WeightStore() : model::WeightStore::open(weights);
@@ -263,8 +258,7 @@ StepFn cogvideox_step(const Options& opt, const CogVideoXInputs& inputs) {
     }
     return std::function<RankStep()>([=] {
       RankStep r;
-      for (const sp::TokenRun& run : attention->local_tokens())
-        for (int64_t i = 0; i < run.count; ++i) r.tokens.push_back(run.at(i) - j);
+      r.tokens = attention->local_sequence_tokens();
       r.rows = rows_at(*hidden, c, r.tokens);
       std::vector<float> text = *encoder;
       for (const model::CogVideoXBlock& b : *blocks) b.forward(r.rows, text, *temb, {}, {});
@@ -340,6 +334,21 @@ struct MethodStep {
   std::string plan;
 };
 
+// Seconds on the host clock since `start`.
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// time_methods' `replan` for a device-tensor DiT (FluxTransformer, CogVideoXTransformer): its
+// attention planned again with `options` for another method.
+template <typename Dit>
+std::function<void(sp::Method)> replanner(Dit& dit, sp::PlanOptions& options) {
+  return [&dit, &options](sp::Method method) {
+    options.method = method;
+    dit.replan_attention(options);
+  };
+}
+
 // The cuda runs' method loop, once the model is loaded (in load_s seconds, planned for the first
 // method): for each method (`replan` switches to it from the second on), the step `prepare`
 // gives timed --iters times after an untimed one (host clock around the step and a stream
@@ -363,9 +372,7 @@ void time_methods(const Options& opt, RankContext& ctx, const std::vector<sp::Me
       const auto start = std::chrono::steady_clock::now();
       run.step();
       ctx.stream.synchronize();
-      if (it > 0)
-        times.push_back(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      if (it > 0) times.push_back(seconds_since(start));
     }
     std::sort(times.begin(), times.end());
     const double step_s = max_across_ranks(ctx, times[times.size() / 2]);
@@ -456,16 +463,11 @@ int run_flux_cuda(const Options& opt, const FluxInputs& in, const std::vector<sp
     const auto load_start = std::chrono::steady_clock::now();
     model::FluxTransformer dit(f, store ? model::store_flux_source(*store) : model::random_flux_source(seed),
                                ctx, in.shape, dtype, options);
-    const double load_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    const double load_s = seconds_since(load_start);
     const Tensor text = j > 0 ? to_device(in.text, j, f.joint_attention_dim, dtype, ctx) : Tensor();
     Tensor image, out;
-    auto replan = [&](sp::Method method) {
-      options.method = method;
-      dit.replan_attention(options);
-    };
     time_methods(opt, ctx, methods, seq, cols, dtype, double(dit.weight_bytes()) * 1e-9, load_s,
-                 replan, [&] {
+                 replanner(dit, options), [&] {
                    const std::vector<int64_t>& tokens = dit.local_image_tokens();
                    const int64_t n = int64_t(tokens.size());
                    image = to_device(rows_at(in.image, f.in_channels, tokens), n, f.in_channels,
@@ -508,18 +510,13 @@ int run_cogvideox_cuda(const Options& opt, const CogVideoXInputs& in,
                        : model::random_cogvideox_block(f, i, seed);
         },
         ctx, seq, j, dtype, options);
-    const double load_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+    const double load_s = seconds_since(load_start);
     const Tensor text_in = j > 0 ? to_device(in.encoder, j, c, dtype, ctx) : Tensor();
     const Tensor text = j > 0 ? Tensor::empty({j, c}, dtype, ctx.device) : Tensor();
     Tensor video_in, video;
     const size_t e = dtype_size(dtype);
-    auto replan = [&](sp::Method method) {
-      options.method = method;
-      dit.replan_attention(options);
-    };
     time_methods(opt, ctx, methods, seq, c, dtype, double(dit.weight_bytes()) * 1e-9, load_s,
-                 replan, [&] {
+                 replanner(dit, options), [&] {
                    const std::vector<int64_t>& tokens = dit.local_video_tokens();
                    const int64_t n = int64_t(tokens.size());
                    video_in = to_device(rows_at(in.hidden, c, tokens), n, c, dtype, ctx);
@@ -617,8 +614,7 @@ int run_dit(const std::vector<std::string>& args, int argc, char** argv) {
       const std::function<RankStep()> run = step(ctx, options);
       const auto start = std::chrono::steady_clock::now();
       const RankStep r = run();
-      const double s = max_across_ranks(
-          ctx, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      const double s = max_across_ranks(ctx, seconds_since(start));
       std::lock_guard<std::mutex> lock(mutex);
       for (size_t i = 0; i < r.tokens.size(); ++i)
         std::copy_n(r.rows.begin() + int64_t(i) * out_cols, out_cols,

@@ -96,6 +96,8 @@ class SpAttention {
   int rank() const;
   // This rank's image tokens (global positions, joint tokens first) in local row order.
   const std::vector<TokenRun>& local_tokens() const { return local_tokens_; }
+  // The same tokens as 0-based sequence indices (the joint tokens not counted), one per row.
+  std::vector<int64_t> local_sequence_tokens() const;
   int64_t local_rows() const { return local_rows_; }
   float softmax_scale() const;
   void set_softmax_scale(float scale);

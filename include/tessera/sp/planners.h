@@ -66,6 +66,11 @@ struct PlanRequest {
   AttentionShape shape() const;
 };
 
+// A DiT's joint attention: batch 1, `tokens` sharded sequence tokens beside `joint` replicated
+// text tokens, `heads` heads (no GQA) of head_dim, not causal.
+PlanRequest joint_attention_request(int64_t tokens, int64_t joint, int64_t heads, int64_t head_dim,
+                                    DType dtype, const PlanOptions& options = {});
+
 Plan plan_ring(const PlanRequest& request);
 Plan plan_ulysses(const PlanRequest& request);
 Plan plan_usp(const PlanRequest& request);
