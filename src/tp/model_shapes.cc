@@ -21,7 +21,12 @@ std::vector<TpLayerShape> tp_layer_shapes(const std::string& model, const char* 
       {"llama3-8b", "attn_out", TpOp::kGemmReduceScatter, 4096, 4096},
       {"llama3-8b", "mlp_up", TpOp::kAllGatherGemm, 2 * 14336, 4096},
       {"llama3-8b", "mlp_down", TpOp::kGemmReduceScatter, 4096, 14336}};
+  // Not in "all": Flux.1's Ulysses projection (3 x 3072 q/k/v features from 3072, head-sharded
+  // by GEMM+AllToAll), for sequence-parallel DiTs.
+  const std::vector<TpLayerShape> flux = {
+      {"flux-12b", "ulysses_qkv", TpOp::kGemmAllToAll, 3 * 3072, 3072}};
   if (model == "llama3-70b") return llama;
+  if (model == "flux-12b") return flux;
   if (model == "llama3-8b") return llama8b;
   if (model == "gpt3-175b") return gpt3;
   if (model == "all") {
@@ -29,8 +34,9 @@ std::vector<TpLayerShape> tp_layer_shapes(const std::string& model, const char* 
     all.insert(all.end(), gpt3.begin(), gpt3.end());
     return all;
   }
-  throw_error(ErrorCode::kInvalidArgument,
-              str(what, " = '", model, "': expected llama3-70b, gpt3-175b, llama3-8b or all"));
+  throw_error(
+      ErrorCode::kInvalidArgument,
+      str(what, " = '", model, "': expected llama3-70b, gpt3-175b, llama3-8b, flux-12b or all"));
 }
 
 }  // namespace tessera::tp

@@ -77,7 +77,7 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
                       "plan.fused = true: expected a context with a symmetric heap");
   }
   validate_plan(plan, ctx.heap ? ctx.heap->num_signal_slots() : 0);
-  // On GPUs the fused AllGather+GEMM and GEMM+ReduceScatter run inside one machine.
+  // On GPUs the fused operations run inside one machine.
   if (plan.fused && ctx.backend == Backend::kCuda) {
 #ifdef TESSERA_WITH_CUDA
     detail::check_cuda_fused_supported(plan);
@@ -94,8 +94,10 @@ TpOperation::Impl::Impl(RankContext& context, const TpPlan& p) : ctx(context), p
       cuda_runner = detail::make_cuda_unfused_pair(ctx, plan);
     else if (r.op == TpOp::kAllGatherGemm)
       cuda_runner = detail::make_cuda_fused_all_gather(ctx, plan, gathered, signals.base());
-    else
+    else if (r.op == TpOp::kGemmReduceScatter)
       cuda_runner = detail::make_cuda_fused_reduce_scatter(ctx, plan, partials, signals.base());
+    else
+      cuda_runner = detail::make_cuda_fused_all_to_all(ctx, plan, received, signals.base());
     return;
   }
 #endif

@@ -29,7 +29,7 @@ class CudaTpRunner {
 std::unique_ptr<CudaTpRunner> make_cuda_unfused_pair(RankContext& ctx, const TpPlan& plan);
 // Throws kUnsupported naming what is not built when the cuda backend cannot run fused `plan`:
 // AllGather+GEMM as check_ag_gemm_kernel_supports says; GEMM+ReduceScatter inside one machine
-// (not two-level); GEMM+AllToAll not at all.
+// (not two-level); GEMM+AllToAll inside one machine.
 void check_cuda_fused_supported(const TpPlan& plan);
 // Fused AllGather+GEMM across the GPUs of one machine (fused_all_gather_cuda.cc): each rank's
 // rows pushed by copy engine into every peer's `gathered` buffer on the symmetric heap, a
@@ -43,6 +43,12 @@ std::unique_ptr<CudaTpRunner> make_cuda_fused_all_gather(RankContext& ctx, const
 std::unique_ptr<CudaTpRunner> make_cuda_fused_reduce_scatter(RankContext& ctx, const TpPlan& plan,
                                                              const SymmetricBuffer& partials,
                                                              int signal_base);
+// Fused GEMM+AllToAll across the GPUs of one machine (fused_all_to_all_cuda.cc): each owner's
+// column block computed locally and copied by copy engine into this rank's rows of the owner's
+// `received`, a stream-written signal per source, the owner's copy into its output.
+std::unique_ptr<CudaTpRunner> make_cuda_fused_all_to_all(RankContext& ctx, const TpPlan& plan,
+                                                         const SymmetricBuffer& received,
+                                                         int signal_base);
 #endif
 
 }  // namespace tessera::tp::detail

@@ -3,8 +3,9 @@
 // every op, both weight layouts, with and without bias, M not a multiple of the ranks, bf16 and
 // f16 in, bf16/f32 out; the fused AllGather+GEMM (copy-engine pushes, the GEMM waiting per row
 // tile) with whole and chunked shards, M of one row, not a multiple of the tile or the ranks,
-// three calls in a row giving bitwise the same output; the fused ops not built on cuda refused;
-// both fused ops called back to back with ranks stalled in turn (no buffer overwritten early).
+// three calls in a row giving bitwise the same output; the fused GEMM+ReduceScatter and
+// GEMM+AllToAll likewise; what is not built on cuda refused; the three fused ops called back to
+// back with ranks stalled in turn (no buffer overwritten early).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,6 +41,12 @@ TEST(TpGpu, UnfusedPairsMatchTheReference) {
 TEST(TpGpu, FusedGemmReduceScatterMatchesTheReference) {
   TESSERA_REQUIRE_GPUS(num_gpus_for_test(), 1);
   run_gpu_workers("TpGpuWorker", "FusedGemmReduceScatterMatchesTheReference", num_gpus_for_test(),
+                  60000);
+}
+
+TEST(TpGpu, FusedGemmAllToAllMatchesTheReference) {
+  TESSERA_REQUIRE_GPUS(num_gpus_for_test(), 1);
+  run_gpu_workers("TpGpuWorker", "FusedGemmAllToAllMatchesTheReference", num_gpus_for_test(),
                   60000);
 }
 
@@ -255,8 +262,6 @@ TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
   fused.request.n = 64 * p;
   fused.request.k = 64 * p;
   fused.request.world_size = p;
-  fused.request.op = tp::TpOp::kGemmAllToAll;
-  expect_unsupported(fused, "a fused gemm_a2a plan");
   fused.request.op = tp::TpOp::kAllGatherGemm;
   fused.request.weight_layout = tp::WeightLayout::kKN;
   expect_unsupported(fused, "a fused ag_gemm plan with [K, N] weights");
@@ -314,6 +319,57 @@ TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
   end_worker(*ctx);
 }
 
+// A GEMM per owner's column block (weights [N, K]) and one GEMM with pitched copies (weights
+// [K, N]), each owner's block sent by copy engine; bias, M of one row (ranks without rows), M
+// not a multiple of the ranks, f32 out; three calls bitwise alike; the phases reported.
+TEST(TpGpuWorker, FusedGemmAllToAllMatchesTheReference) {
+  if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
+  auto ctx = worker_context(size_t(256) << 20);
+  const int p = ctx->size;
+  int failures = 0;
+  struct Variant {
+    int64_t m;
+    tp::WeightLayout layout;
+    DType out;
+    bool bias;
+  };
+  for (const Variant& v : {Variant{1, tp::WeightLayout::kNK, DType::kBF16, true},
+                           Variant{37 * p + 1, tp::WeightLayout::kKN, DType::kF32, false},
+                           Variant{600 * p + p - 1, tp::WeightLayout::kNK, DType::kBF16, true},
+                           Variant{1024 * p, tp::WeightLayout::kKN, DType::kBF16, true}}) {
+    tp::TpPlan plan;
+    plan.fused = true;
+    tp::TpRequest& r = plan.request;
+    r.op = tp::TpOp::kGemmAllToAll;
+    r.m = v.m;
+    r.n = 192 * p;
+    r.k = 512;
+    r.dtype = DType::kBF16;
+    r.out_dtype = v.out;
+    r.weight_layout = v.layout;
+    r.has_bias = v.bias;
+    r.world_size = p;
+    r.num_machines = 1;
+    SCOPED_TRACE(describe(plan));
+    tp::TpOperation operation(*ctx, plan);
+    const TpProblem problem(r, 37);
+    const std::vector<std::byte> first = run_on_gpu(operation, problem, *ctx);
+    failures += check_output(first, problem, operation, ctx->rank, 1, 5 - std::min(failures, 5));
+    for (int call = 1; call < 3; ++call) {
+      EXPECT_TRUE(run_on_gpu(operation, problem, *ctx) == first)
+          << "rank " << ctx->rank << ": call " << call << " differs from call 0";
+    }
+    // The side stream: each owner's block; the caller's stream joins it before the copy out.
+    std::vector<std::string> names;
+    for (int q = 1; q < p; ++q) names.push_back(str("sent to rank ", (ctx->rank + q) % p));
+    names.push_back("blocks arrived");
+    names.push_back("copy out");
+    expect_phases(operation, problem, *ctx, names, names.size());
+  }
+  ctx->heap->check_errors();
+  end_worker(*ctx);
+}
+
 // Holds the stream for 2 ms: the other ranks run ahead into the next calls.
 void stall_stream(const Stream& stream) {
   EXPECT_EQ(cudaLaunchHostFunc(static_cast<cudaStream_t>(stream.cuda_stream()),
@@ -331,16 +387,17 @@ TEST(TpGpuWorker, FusedOperationsBackToBackWithSkewedRanks) {
   auto ctx = worker_context(size_t(256) << 20);
   const int p = ctx->size;
   int failures = 0;
-  for (tp::TpOp op : {tp::TpOp::kAllGatherGemm, tp::TpOp::kGemmReduceScatter}) {
+  for (tp::TpOp op :
+       {tp::TpOp::kAllGatherGemm, tp::TpOp::kGemmReduceScatter, tp::TpOp::kGemmAllToAll}) {
     tp::TpPlan plan;
     plan.fused = true;
     tp::TpRequest& r = plan.request;
     r.op = op;
-    const bool ag = op == tp::TpOp::kAllGatherGemm;
+    const bool ag = op == tp::TpOp::kAllGatherGemm, rs = op == tp::TpOp::kGemmReduceScatter;
     plan.comm_rows = ag ? 256 : 0;
     r.m = ag ? 1024 * p : 640 * p;  // ReduceScatter: one GEMM per owner
-    r.n = ag ? 384 * p : 384;
-    r.k = ag ? 512 : 256 * p;
+    r.n = rs ? 384 : 384 * p;
+    r.k = rs ? 256 * p : 512;
     r.dtype = r.out_dtype = DType::kBF16;
     r.weight_layout = tp::WeightLayout::kNK;
     r.has_bias = true;
@@ -360,8 +417,8 @@ TEST(TpGpuWorker, FusedOperationsBackToBackWithSkewedRanks) {
     ctx->world->synchronize(ctx->stream);
     for (int c = 0; c < int(calls.size()); ++c) {
       SCOPED_TRACE(str("call ", c));
-      failures += check_output(download_output(calls[size_t(c)]), *calls[size_t(c)].problem, operation,
-                               ctx->rank, ag ? 1 : p + 1, 5 - std::min(failures, 5));
+      failures += check_output(download_output(calls[size_t(c)]), *calls[size_t(c)].problem,
+                               operation, ctx->rank, rs ? p + 1 : 1, 5 - std::min(failures, 5));
     }
   }
   ctx->heap->check_errors();

@@ -8,11 +8,10 @@
 // float32 accumulation, rounded partials) and counts the wrong ones. Times: an event pair
 // around each iteration after a barrier, median per rank, slowest rank reported.
 // `--shrink F` divides N and K by F (cpu runs of the real layer shapes would take minutes).
-// Weights are [N, K] (nn.Linear's layout). On cuda the fused rows are AllGather+GEMM's and
-// GEMM+ReduceScatter's (GEMM+AllToAll is not built there), and each case also times this rank's GEMM
-// alone (gemm::Gemm, kAuto: the faster of Tessera's kernel and cuBLASLt) for the Flux paper's
-// metrics: effective communication time = fused - GEMM alone; overlap efficiency =
-// (unfused - fused) / (unfused - GEMM alone).
+// Weights are [N, K] (nn.Linear's layout). On cuda the fused rows run inside one machine, and
+// each case also times this rank's GEMM alone (gemm::Gemm, kAuto: the faster of Tessera's kernel
+// and cuBLASLt) for the Flux paper's metrics: effective communication time = fused - GEMM
+// alone; overlap efficiency = (unfused - fused) / (unfused - GEMM alone).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -179,11 +178,13 @@ class TpBench {
   // This rank's GEMM alone: AllGather+GEMM's on the gathered rows, [M, K] x [N/P, K]^T;
   // GEMM+ReduceScatter's partial, [M, K/P] x [N, K/P]^T.
   double gemm_alone_us(const tp::TpRequest& r) {
-    const bool ag = r.op == tp::TpOp::kAllGatherGemm;
+    // This rank's GEMM: AllGather+GEMM all rows, its N/P columns; GEMM+ReduceScatter all rows,
+    // its K/P inputs; GEMM+AllToAll its rows (the largest share), every column.
+    const bool ag = r.op == tp::TpOp::kAllGatherGemm, a2a = r.op == tp::TpOp::kGemmAllToAll;
     gemm::GemmShape shape;
-    shape.m = r.m;
+    shape.m = a2a ? (r.m + r.world_size - 1) / r.world_size : r.m;
     shape.n = ag ? r.n / r.world_size : r.n;
-    shape.k = ag ? r.k : r.k / r.world_size;
+    shape.k = ag || a2a ? r.k : r.k / r.world_size;
     shape.dtype = r.dtype;
     shape.out_dtype = r.out_dtype;
     shape.weight_nk = true;
@@ -288,7 +289,7 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
       tune ? "tune tp" : "bench tp",
       {{"backend", "auto", "cuda, cpu or auto (cuda when a GPU is visible)"},
        {"nranks", "", "ranks (default: every visible GPU on cuda, 4 on cpu)"},
-       {"model", "llama3-70b", "llama3-70b, gpt3-175b or all"},
+       {"model", "llama3-70b", "llama3-70b, gpt3-175b, flux-12b (Ulysses projection) or all"},
        {"layers", "", "comma list of layers (default: all of the model's)"},
        {"m", "", "comma list of token counts M (default 128,1024,4096 on cuda, 64,257 on cpu)"},
        {"shrink", "", "divide N and K by this (default 1 on cuda, 64 on cpu)"},
@@ -391,8 +392,8 @@ int run_tp(const std::vector<std::string>& args, int argc, char** argv, bool tun
                                      shrink > 1 ? str("/", shrink) : std::string(), " ",
                                      layer.layer, " tp", ctx.size, " M", m);
         const bool on_cuda = ctx.backend == Backend::kCuda;
-        // Whether this backend builds the fused form of the case (cuda: not gemm_a2a, nor
-        // gemm_rs across machines); where it does not, only the unfused pair and auto run.
+        // Whether this backend builds the fused form of the case (cuda: not across machines);
+        // where it does not, only the unfused pair and auto run.
         tp::TpPlanOptions forced;
         forced.fuse = tp::TpPlanOptions::Fuse::kFused;
         const bool fused_runs =

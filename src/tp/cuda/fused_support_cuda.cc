@@ -11,13 +11,11 @@ void check_cuda_fused_supported(const TpPlan& plan) {
     case TpOp::kAllGatherGemm:
       return check_ag_gemm_kernel_supports(plan, who);
     case TpOp::kGemmReduceScatter:
-      TESSERA_CHECK(plan.request.num_machines == 1 && !plan.two_level, ErrorCode::kUnsupported,
-                    who, ": gemm_rs across ", plan.request.num_machines,
+    case TpOp::kGemmAllToAll:
+      TESSERA_CHECK(plan.request.num_machines == 1 && !plan.two_level, ErrorCode::kUnsupported, who,
+                    ": ", tp_op_name(plan.request.op), " across ", plan.request.num_machines,
                     " machines is not built on cuda; expected one machine, or an unfused plan");
       return;
-    case TpOp::kGemmAllToAll:
-      throw_error(ErrorCode::kUnsupported,
-                  str(who, ": op = gemm_a2a is not built on cuda; expected an unfused plan"));
   }
 }
 
