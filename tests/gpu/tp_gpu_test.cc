@@ -268,31 +268,28 @@ TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
   end_worker(*ctx);
 }
 
-// One GEMM then copies (small shares) and one GEMM per owner (shares of 512 rows and more),
-// each owner's rows sent by copy engine; both weight layouts, bias, M not a multiple of the
-// ranks, f32 out; three calls bitwise alike (the owner's ordered sum); the phases reported.
-TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
-  if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
-  auto ctx = worker_context(size_t(256) << 20);
-  const int p = ctx->size;
+// A fused op whose sources send owners their blocks (GEMM+ReduceScatter, GEMM+AllToAll) on
+// `variants`: each output against the reference within `rounding_steps` roundings, three calls
+// bitwise alike, and the phases: "sent to" each other owner on the side stream, then `after`.
+struct OwnerVariant {
+  int64_t m;
+  tp::WeightLayout layout;
+  DType out;
+  bool bias;
+};
+void check_owner_operation(RankContext& ctx, tp::TpOp op, int64_t n, int64_t k, uint64_t seed,
+                           int rounding_steps, const std::vector<OwnerVariant>& variants,
+                           const std::vector<std::string>& after) {
+  const int p = ctx.size;
   int failures = 0;
-  struct Variant {
-    int64_t m;
-    tp::WeightLayout layout;
-    DType out;
-    bool bias;
-  };
-  for (const Variant& v : {Variant{1, tp::WeightLayout::kNK, DType::kBF16, true},
-                           Variant{37 * p + 1, tp::WeightLayout::kKN, DType::kF32, false},
-                           Variant{600 * p + p - 1, tp::WeightLayout::kNK, DType::kBF16, true},
-                           Variant{1024 * p, tp::WeightLayout::kKN, DType::kBF16, false}}) {
+  for (const OwnerVariant& v : variants) {
     tp::TpPlan plan;
     plan.fused = true;
     tp::TpRequest& r = plan.request;
-    r.op = tp::TpOp::kGemmReduceScatter;
+    r.op = op;
     r.m = v.m;
-    r.n = 384;
-    r.k = 256 * p;
+    r.n = n;
+    r.k = k;
     r.dtype = DType::kBF16;
     r.out_dtype = v.out;
     r.weight_layout = v.layout;
@@ -300,22 +297,38 @@ TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
     r.world_size = p;
     r.num_machines = 1;
     SCOPED_TRACE(describe(plan));
-    tp::TpOperation operation(*ctx, plan);
-    const TpProblem problem(r, 31);
-    const std::vector<std::byte> first = run_on_gpu(operation, problem, *ctx);
-    // Partials rounded to the output type once each, summed in float32, rounded once more.
-    failures += check_output(first, problem, operation, ctx->rank, p + 1, 5 - std::min(failures, 5));
+    tp::TpOperation operation(ctx, plan);
+    const TpProblem problem(r, seed);
+    const std::vector<std::byte> first = run_on_gpu(operation, problem, ctx);
+    failures += check_output(first, problem, operation, ctx.rank, rounding_steps,
+                             5 - std::min(failures, 5));
     for (int call = 1; call < 3; ++call) {
-      EXPECT_TRUE(run_on_gpu(operation, problem, *ctx) == first)
-          << "rank " << ctx->rank << ": call " << call << " differs from call 0";
+      EXPECT_TRUE(run_on_gpu(operation, problem, ctx) == first)
+          << "rank " << ctx.rank << ": call " << call << " differs from call 0";
     }
-    // The side stream: each owner's rows; the caller's stream joins it before the sum.
     std::vector<std::string> names;
-    for (int q = 1; q < p; ++q) names.push_back(str("sent to rank ", (ctx->rank + q) % p));
-    names.push_back("sum");
-    expect_phases(operation, problem, *ctx, names, names.size());
+    for (int q = 1; q < p; ++q) names.push_back(str("sent to rank ", (ctx.rank + q) % p));
+    names.insert(names.end(), after.begin(), after.end());
+    expect_phases(operation, problem, ctx, names, names.size());
   }
-  ctx->heap->check_errors();
+  ctx.heap->check_errors();
+}
+
+// One GEMM then copies (small shares) and one GEMM per owner (shares of 512 rows and more),
+// each owner's rows sent by copy engine; both weight layouts, bias, M not a multiple of the
+// ranks, f32 out; three calls bitwise alike (the owner's ordered sum); the phases reported (the
+// caller's stream joins the side stream before the sum).
+TEST(TpGpuWorker, FusedGemmReduceScatterMatchesTheReference) {
+  if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
+  auto ctx = worker_context(size_t(256) << 20);
+  const int p = ctx->size;
+  // Partials rounded to the output type once each, summed in float32, rounded once more.
+  check_owner_operation(*ctx, tp::TpOp::kGemmReduceScatter, 384, 256 * p, 31, p + 1,
+                        {{1, tp::WeightLayout::kNK, DType::kBF16, true},
+                         {37 * p + 1, tp::WeightLayout::kKN, DType::kF32, false},
+                         {600 * p + p - 1, tp::WeightLayout::kNK, DType::kBF16, true},
+                         {1024 * p, tp::WeightLayout::kKN, DType::kBF16, false}},
+                        {"sum"});
   end_worker(*ctx);
 }
 
@@ -326,47 +339,12 @@ TEST(TpGpuWorker, FusedGemmAllToAllMatchesTheReference) {
   if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
   auto ctx = worker_context(size_t(256) << 20);
   const int p = ctx->size;
-  int failures = 0;
-  struct Variant {
-    int64_t m;
-    tp::WeightLayout layout;
-    DType out;
-    bool bias;
-  };
-  for (const Variant& v : {Variant{1, tp::WeightLayout::kNK, DType::kBF16, true},
-                           Variant{37 * p + 1, tp::WeightLayout::kKN, DType::kF32, false},
-                           Variant{600 * p + p - 1, tp::WeightLayout::kNK, DType::kBF16, true},
-                           Variant{1024 * p, tp::WeightLayout::kKN, DType::kBF16, true}}) {
-    tp::TpPlan plan;
-    plan.fused = true;
-    tp::TpRequest& r = plan.request;
-    r.op = tp::TpOp::kGemmAllToAll;
-    r.m = v.m;
-    r.n = 192 * p;
-    r.k = 512;
-    r.dtype = DType::kBF16;
-    r.out_dtype = v.out;
-    r.weight_layout = v.layout;
-    r.has_bias = v.bias;
-    r.world_size = p;
-    r.num_machines = 1;
-    SCOPED_TRACE(describe(plan));
-    tp::TpOperation operation(*ctx, plan);
-    const TpProblem problem(r, 37);
-    const std::vector<std::byte> first = run_on_gpu(operation, problem, *ctx);
-    failures += check_output(first, problem, operation, ctx->rank, 1, 5 - std::min(failures, 5));
-    for (int call = 1; call < 3; ++call) {
-      EXPECT_TRUE(run_on_gpu(operation, problem, *ctx) == first)
-          << "rank " << ctx->rank << ": call " << call << " differs from call 0";
-    }
-    // The side stream: each owner's block; the caller's stream joins it before the copy out.
-    std::vector<std::string> names;
-    for (int q = 1; q < p; ++q) names.push_back(str("sent to rank ", (ctx->rank + q) % p));
-    names.push_back("blocks arrived");
-    names.push_back("copy out");
-    expect_phases(operation, problem, *ctx, names, names.size());
-  }
-  ctx->heap->check_errors();
+  check_owner_operation(*ctx, tp::TpOp::kGemmAllToAll, 192 * p, 512, 37, 1,
+                        {{1, tp::WeightLayout::kNK, DType::kBF16, true},
+                         {37 * p + 1, tp::WeightLayout::kKN, DType::kF32, false},
+                         {600 * p + p - 1, tp::WeightLayout::kNK, DType::kBF16, true},
+                         {1024 * p, tp::WeightLayout::kKN, DType::kBF16, true}},
+                        {"blocks arrived", "copy out"});
   end_worker(*ctx);
 }
 

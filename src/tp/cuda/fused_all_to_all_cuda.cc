@@ -19,7 +19,6 @@
 #include <memory>
 #include <vector>
 
-#include "comm/cuda/stream_memops.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/gemm/gemm.h"
@@ -115,13 +114,13 @@ class FusedAllToAll final : public CudaTpRunner {
         if (mine_.count > 0 && !per_owner_) copy_block(rank, s);
         continue;
       }
-      Event& computed = computed_[size_t(owner)];
-      computed.record(stream);
-      computed.wait_on(side_);
-      words_.wait_released(side, released_signal(plan_, owner), epoch - 1);
-      if (mine_.count > 0) copy_block(owner, side);
-      cuda_comm::stream_write_value64(side, words_.word(owner, count_signal(plan_, rank)), epoch,
-                                      "fused gemm_a2a: an owner's word");
+      words_.send_to_owner(
+          stream, side_, computed_[size_t(owner)], owner, released_signal(plan_, owner),
+          count_signal(plan_, rank), epoch,
+          [&](cudaStream_t on) {
+            if (mine_.count > 0) copy_block(owner, on);
+          },
+          "fused gemm_a2a: an owner's word");
       phases_.mark("sent to", side, owner);
     }
     for (int source = 0; source < p; ++source) {

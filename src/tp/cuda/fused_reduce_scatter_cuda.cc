@@ -26,7 +26,6 @@
 #include <memory>
 #include <vector>
 
-#include "comm/cuda/stream_memops.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/gemm/gemm.h"
@@ -112,16 +111,16 @@ class FusedReduceScatter final : public CudaTpRunner {
     };
     // `owner`'s rows, computed on the caller's stream, to the owner by the side stream.
     auto send = [&](int owner, const RowRange& rows, Event& computed) {
-      computed.record(stream);
-      computed.wait_on(side_);
-      words_.wait_released(side, released_signal(plan_, owner), epoch - 1);
-      if (rows.count > 0) {
-        TESSERA_CUDA_CHECK(cudaMemcpyAsync(block_of(owner), product_rows(rows),
-                                           size_t(rows.count) * row_out, cudaMemcpyDeviceToDevice,
-                                           side));
-      }
-      cuda_comm::stream_write_value64(side, words_.word(owner, count_signal(plan_, rank)), epoch,
-                                      "fused gemm_rs: an owner's word");
+      words_.send_to_owner(
+          stream, side_, computed, owner, released_signal(plan_, owner), count_signal(plan_, rank),
+          epoch,
+          [&](cudaStream_t on) {
+            if (rows.count > 0)
+              TESSERA_CUDA_CHECK(cudaMemcpyAsync(block_of(owner), product_rows(rows),
+                                                 size_t(rows.count) * row_out,
+                                                 cudaMemcpyDeviceToDevice, on));
+          },
+          "fused gemm_rs: an owner's word");
       phases_.mark("sent to", side, owner);
     };
     cuda_comm::CudaSymmetricHeap& heap = words_.heap();

@@ -51,4 +51,16 @@ void PeerWords::wait_released(cudaStream_t stream, int slot, uint64_t epoch) con
   cuda_comm::stream_wait_value64_geq(stream, word(rank_, slot), epoch, released_what_.c_str());
 }
 
+void PeerWords::send_to_owner(const Stream& stream, const Stream& side, Event& computed, int owner,
+                              int released_slot, int count_slot, uint64_t epoch,
+                              const std::function<void(cudaStream_t)>& copy,
+                              const char* what) const {
+  const auto on = static_cast<cudaStream_t>(side.cuda_stream());
+  computed.record(stream);
+  computed.wait_on(side);
+  wait_released(on, released_slot, epoch - 1);
+  copy(on);
+  cuda_comm::stream_write_value64(on, word(owner, count_slot), epoch, what);
+}
+
 }  // namespace tessera::tp::detail

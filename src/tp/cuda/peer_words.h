@@ -9,11 +9,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "comm/cuda/cuda_heap.h"
 #include "tessera/comm/context.h"
+#include "tessera/runtime/stream.h"
 
 namespace tessera::tp::detail {
 
@@ -35,6 +37,14 @@ class PeerWords {
   // reaches `epoch` (no timeout of the driver's: the caller says what bounds it).
   void release_to_peers(cudaStream_t stream, int slot, uint64_t epoch) const;
   void wait_released(cudaStream_t stream, int slot, uint64_t epoch) const;
+
+  // The owner protocol of GEMM+ReduceScatter and GEMM+AllToAll: on `side`, once the work
+  // enqueued on `stream` so far is done (`computed` marks it), wait until `owner` released its
+  // buffer (its word `released_slot` at epoch - 1), enqueue `copy` on `side` (it may enqueue
+  // nothing), then raise `owner`'s word `count_slot` to `epoch`. `what` names the word.
+  void send_to_owner(const Stream& stream, const Stream& side, Event& computed, int owner,
+                     int released_slot, int count_slot, uint64_t epoch,
+                     const std::function<void(cudaStream_t)>& copy, const char* what) const;
 
  private:
   cuda_comm::CudaSymmetricHeap* heap_ = nullptr;
