@@ -1,8 +1,8 @@
-// tessera.tp.Loopback: the P ranks of the fused AllGather+GEMM in one process on one GPU
-// (tp/loopback.h): the fused kernel, its arrival signals and tile order on real hardware
-// without several GPUs. A call takes every rank's operands as lists, rank r's as
-// rank_shapes(request, r) says (a [m_r, K], b [N/P, K], out [M, N/P]); TpLoopback checks them
-// and names the rank of any that does not fit.
+// tessera.tp.Loopback: the P ranks of a fused tensor-parallel operation in one process on one
+// GPU (tp/loopback.h): the fused operations, their signals, copies and tile orders on real
+// hardware without several GPUs. A call takes every rank's operands as lists, rank r's as
+// rank_shapes(request, r) says (ag_gemm: a [m_r, K], b [N/P, K], out [M, N/P]); TpLoopback
+// checks them and names the rank of any that does not fit.
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -63,10 +63,11 @@ class LoopbackLayer {
       }
       return out_views;
     };
-    const std::vector<TensorView> av = views(a, "a", "[rows, K]"), bv = views(b, "b", "[N/P, K]"),
-                                  ov = views(out, "out", "[M, N/P]");
-    std::vector<TensorView> biasv =
-        bias ? views(*bias, "bias", "[1, N/P]") : std::vector<TensorView>(size_t(p));
+    const std::vector<TensorView> av = views(a, "a", "shapes(rank)['a']"),
+                                  bv = views(b, "b", "shapes(rank)['b']"),
+                                  ov = views(out, "out", "shapes(rank)['out']");
+    std::vector<TensorView> biasv = bias ? views(*bias, "bias", "[1, shapes(rank)['bias']]")
+                                         : std::vector<TensorView>(size_t(p));
     const Stream stream = stream_for(stream_handle, av[0].device());
     nb::gil_scoped_release released;
     loopback_->run(av, bv, biasv, ov, stream);
@@ -90,19 +91,19 @@ class LoopbackLayer {
 void bind_tp_loopback(nb::module_& tp) {
   nb::class_<LoopbackLayer>(
       tp, "Loopback",
-      "The fused AllGather+GEMM of `ranks` ranks in this process on one GPU (each rank's GEMM "
-      "on 1/ranks of the multiprocessors, its peers' buffers on the same device): checks the "
-      "fused kernel without several GPUs. Timings are not those of `ranks` GPUs.")
+      "A fused tensor-parallel operation of `ranks` ranks in this process on one GPU (each "
+      "rank's kernels on 1/ranks of the multiprocessors, its peers' buffers on the same "
+      "device): checks the fused operations without several GPUs. Timings are not those of "
+      "`ranks` GPUs.")
       .def(nb::init<const std::string&, int64_t, int64_t, int64_t, int, const nb::handle&, bool,
                     int, int64_t>(),
            nb::kw_only(), nb::arg("op") = "ag_gemm", nb::arg("m"), nb::arg("n"), nb::arg("k"),
            nb::arg("ranks") = 4, nb::arg("dtype") = "bfloat16", nb::arg("bias") = false,
            nb::arg("device") = 0, nb::arg("comm_rows") = 0,
-           "op: ag_gemm (GEMM+ReduceScatter and GEMM+AllToAll are refused until their epilogue "
-           "hook exists). M rows, N output and K input features over `ranks` ranks; dtype "
-           "bfloat16 or float16 for a, b, out and bias; weights [N, K]. comm_rows: rows per "
-           "communication tile (0: each rank's whole shard). Raises UnsupportedError without a "
-           "cuda build.")
+           "op: ag_gemm, gemm_rs or gemm_a2a. M rows, N output and K input features over "
+           "`ranks` ranks; dtype bfloat16 or float16 for a, b, out and bias; weights [N, K]. "
+           "comm_rows: rows per communication tile of ag_gemm (0: each rank's whole shard). "
+           "Raises UnsupportedError without a cuda build.")
       .def("__call__", &LoopbackLayer::call, nb::arg("a"), nb::arg("b"),
            nb::arg("bias").none() = nb::none(), nb::kw_only(), nb::arg("out"),
            nb::arg("stream") = 0,
@@ -119,7 +120,8 @@ void bind_tp_loopback(nb::module_& tp) {
           "The dtype of a, b, out and bias ('f16' or 'bf16').")
       .def_prop_ro(
           "gemm_config", [](const LoopbackLayer& l) { return l.loopback().gemm_config(); },
-          "The GEMM configuration each rank runs.");
+          "ag_gemm: the fused kernel's GEMM configuration; '' for the others (Gemm's pick per "
+          "owner).");
 }
 
 }  // namespace tessera::python

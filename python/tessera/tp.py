@@ -1,8 +1,8 @@
 """Tensor-parallel GEMMs with their communication (Flux): plan once per layer shape, call per
 layer with this rank's operands.
 
-See :class:`Operation` (on a rank context) and :class:`Loopback` (every rank of the fused
-AllGather+GEMM in this process on one GPU). ops: ag_gemm (AllGather+GEMM: QKV, MLP gate/up), gemm_rs
+See :class:`Operation` (on a rank context) and :class:`Loopback` (every rank of a fused
+operation in this process on one GPU). ops: ag_gemm (AllGather+GEMM: QKV, MLP gate/up), gemm_rs
 (GEMM+ReduceScatter: attention output, MLP down), gemm_a2a (GEMM+AllToAll: Ulysses'
 projection going head-sharded).
 """
@@ -32,7 +32,7 @@ class Loopback(_C.tp.Loopback):
 
     def __call__(self, a, b, bias=None, *, out=None, stream=None):
         """Runs every rank: a, b (and bias) are lists of one cuda array per rank, shaped as
-        shapes(rank) says; returns out, a list of rank r's [M, N/P] results (made by a[0]'s
+        shapes(rank) says; returns out, a list of rank r's results (made by a[0]'s
         framework when not given). stream: a cudaStream_t as an int (None: the current stream
         of a[0]'s framework)."""
         if out is None:

@@ -61,10 +61,12 @@ class Operation:
     def plan_json(self) -> str: ...
 
 class Loopback:
-    """The fused AllGather+GEMM of `ranks` ranks in this process on one GPU (each rank's GEMM on
-    1/ranks of the multiprocessors): checks the fused kernel without several GPUs.
+    """A fused tensor-parallel operation (ag_gemm, gemm_rs, gemm_a2a) of `ranks` ranks in this
+    process on one GPU (each rank's kernels on 1/ranks of the multiprocessors): checks the fused
+    operations without several GPUs.
 
-    Rank r: a [m_r, K], b [N/P, K] -> out [M, N/P]. Raises UnsupportedError without a cuda build.
+    Rank r's operands as shapes(r) says (ag_gemm: a [m_r, K], b [N/P, K] -> out [M, N/P]).
+    Raises UnsupportedError without a cuda build.
     """
 
     def __init__(

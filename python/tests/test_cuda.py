@@ -163,6 +163,31 @@ def test_tp_loopback_matches_torch_on_the_gathered_rows():
         layer(a[:3], w, bias)
 
 
+def test_tp_loopback_owner_operations_match_torch():
+    P, M, N, K = 4, 1000, 4 * 128, 512
+    a2a = tessera.tp.Loopback(op="gemm_a2a", m=M, n=N, k=K, ranks=P)
+    a = [randn(*a2a.shapes(r)["a"], seed=90 + r) for r in range(P)]
+    w = randn(N, K, seed=95)  # every rank holds the whole weight
+    out = a2a(a, [w] * P)
+    torch.cuda.current_stream().synchronize()
+    want = torch.cat(a).float() @ w.float().T
+    for o in range(P):  # owner o: its heads (columns) of every token
+        cols = want[:, o * N // P:(o + 1) * N // P]
+        err = (out[o].float() - cols).abs().max().item()
+        assert err <= 1e-2 * cols.abs().max().item(), f"gemm_a2a owner {o}: {err}"
+
+    rs = tessera.tp.Loopback(op="gemm_rs", m=M, n=N, k=K, ranks=P)
+    a = [randn(*rs.shapes(r)["a"], seed=100 + r) for r in range(P)]  # [M, K/P]
+    w = [randn(*rs.shapes(r)["b"], seed=110 + r) for r in range(P)]  # [N, K/P]
+    out = rs(a, w)
+    torch.cuda.current_stream().synchronize()
+    want = sum(a[r].float() @ w[r].float().T for r in range(P))
+    for o in range(P):  # owner o: its rows of the sum
+        rows = want[o * M // P:(o + 1) * M // P]
+        err = (out[o].float() - rows).abs().max().item()
+        assert err <= 2e-2 * rows.abs().max().item(), f"gemm_rs owner {o}: {err}"
+
+
 def test_fused_decode_block_matches_numpy():
     from test_decode import FUSABLE, make_weights, reference_step
 

@@ -16,11 +16,17 @@ uint64_t fingerprint(std::string_view text) {
 }
 
 std::vector<uint64_t> all_gather_words(RankContext& ctx, std::span<const uint64_t> words) {
-  TESSERA_CHECK_ARG(ctx.world != nullptr, "context of rank ", ctx.rank,
-                    " has no world communicator");
   const int64_t count = int64_t(words.size()), p = ctx.size;
   std::vector<uint64_t> all(size_t(count * p));
   if (count == 0) return all;
+  // Host words: the bootstrap where the context has one (cuda ranks; loopback ranks have no
+  // world communicator), else the world communicator (cpu ranks).
+  if (ctx.bootstrap) {
+    ctx.bootstrap->allgather(words.data(), all.data(), words.size_bytes());
+    return all;
+  }
+  TESSERA_CHECK_ARG(ctx.world != nullptr, "context of rank ", ctx.rank,
+                    " has neither a bootstrap nor a world communicator");
   // The communicator moves device memory on cuda: stage through a buffer on the context's device.
   Buffer scratch = Buffer::allocate(sizeof(uint64_t) * size_t(count * (p + 1)), ctx.device);
   auto* send = static_cast<uint64_t*>(scratch.data());

@@ -17,6 +17,9 @@ TpLoopback::~TpLoopback() = default;
 const TpPlan& TpLoopback::plan() const {
   throw_error(ErrorCode::kUnsupported, "no cuda backend");
 }
+int TpLoopback::rank_sms() const {
+  return 0;
+}
 std::string TpLoopback::gemm_config() const {
   return "";
 }
@@ -24,7 +27,6 @@ void TpLoopback::run(std::span<const TensorView>, std::span<const TensorView>,
                      std::span<const TensorView>, std::span<const TensorView>, const Stream&) {}
 void TpLoopback::run_hooked_gemm(int, const TensorView&, const TensorView&, const TensorView&,
                                  const TensorView&, const Stream&) {}
-void TpLoopback::set_timeout_ms(int64_t) {}
 
 }  // namespace tessera::tp
 #endif

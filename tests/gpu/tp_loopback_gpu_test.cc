@@ -1,8 +1,14 @@
-// TpLoopback on one GPU: four ranks' fused AllGather+GEMM (copy-engine pushes, arrival words,
-// the kernel waiting per row tile in each rank's order) against cuBLASLt on the gathered rows;
-// M that neither the tile nor P divides, whole shards and smaller communication tiles, with and
-// without bias, twice in a row (the arrival words count calls). The hooked kernel with every
-// arrival signalled matches too.
+// TpLoopback on one GPU: four loopback ranks (threads of this process on one GPU) running the
+// cuda backend's fused operations, TpOperation's code for several GPUs.
+//   AllGather+GEMM (copy-engine pushes, arrival words, the kernel waiting per row tile in each
+//   rank's order) against cuBLASLt on the gathered rows: M that neither the tile nor P divides,
+//   whole shards and smaller communication tiles, with and without bias, twice in a row (the
+//   arrival words count calls); the hooked kernel with every arrival signalled matches too.
+//   GEMM+ReduceScatter and GEMM+AllToAll (per-owner GEMMs, copies to the owners' symmetric
+//   buffers, signal words, the owner's ordered sum or copy out) against the float64 reference:
+//   both weight layouts, bias, f32 out, M of one row (ranks without rows), M not a multiple of
+//   the ranks, the one-GEMM and per-owner forms; three calls bitwise alike.
+//   Loopback ranks have no world communicator: an unfused plan is refused, naming it.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -11,11 +17,14 @@
 #include <random>
 #include <vector>
 
+#include "dist/tp_test_util.h"
+#include "tessera/comm/loopback.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/gemm/gemm.h"
 #include "tessera/runtime/memory.h"
 #include "tessera/tp/loopback.h"
+#include "tessera/tp/operation.h"
 
 namespace tessera::tp {
 namespace {
@@ -120,15 +129,148 @@ TEST(TpLoopbackGpu, AllGatherGemmMatchesCublasLtOnTheGatheredRows) {
   }
 }
 
+// Every rank's output of `loopback` on `problem`'s operands, three calls; each against the
+// float64 reference within `rounding_steps` roundings of a sum, and the calls bitwise alike.
+void check_against_reference(TpLoopback& loopback, const testing::TpProblem& problem,
+                             int rounding_steps) {
+  const TpRequest& r = loopback.plan().request;
+  const Device gpu = Device::cuda(0);
+  const Stream stream = Stream::create_cuda(0);
+  const int p = r.world_size;
+  std::vector<Buffer> a, b, bias, out;
+  std::vector<TensorView> av, bv, biasv, outv;
+  for (int rank = 0; rank < p; ++rank) {
+    const RankShapes sh = rank_shapes(r, rank);
+    a.push_back(device_copy(problem.a(rank), gpu));
+    b.push_back(device_copy(problem.b(rank), gpu));
+    bias.push_back(device_copy(problem.bias(rank), gpu));
+    out.push_back(Buffer::allocate(
+        std::max<size_t>(size_t(sh.out_rows * sh.out_cols) * dtype_size(r.out_dtype), 1), gpu));
+    av.push_back(sh.a_rows == 0
+                     ? TensorView()
+                     : TensorView(a.back().data(), r.dtype, gpu, {sh.a_rows, sh.a_cols}));
+    bv.emplace_back(b.back().data(), r.dtype, gpu,
+                    std::initializer_list<int64_t>{sh.b_rows, sh.b_cols});
+    biasv.push_back(r.has_bias ? TensorView(bias.back().data(), r.out_dtype, gpu, {sh.bias})
+                               : TensorView());
+    outv.push_back(sh.out_rows == 0 ? TensorView()
+                                    : TensorView(out.back().data(), r.out_dtype, gpu,
+                                                 {sh.out_rows, sh.out_cols}));
+  }
+  std::vector<std::vector<std::byte>> first(static_cast<size_t>(p));
+  for (int call = 0; call < 3; ++call) {
+    for (Buffer& o : out) ASSERT_EQ(cudaMemset(o.data(), 0xff, o.bytes()), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the memsets' stream is not `stream`
+    loopback.run(av, bv, biasv, outv, stream);
+    stream.synchronize();
+    for (int rank = 0; rank < p; ++rank) {
+      const RankShapes sh = rank_shapes(r, rank);
+      const std::vector<std::byte> got =
+          host_copy(out[size_t(rank)], size_t(sh.out_rows * sh.out_cols) * dtype_size(r.out_dtype));
+      if (call > 0) {
+        EXPECT_TRUE(got == first[size_t(rank)])
+            << "rank " << rank << ": call " << call << " differs from call 0";
+        continue;
+      }
+      first[size_t(rank)] = got;
+      int failures = 0;
+      for (int64_t i = 0; i < sh.out_rows; ++i) {
+        for (int64_t j = 0; j < sh.out_cols; ++j) {
+          const double v = load_as_float(got.data(), r.out_dtype, i * sh.out_cols + j);
+          const auto want = problem.expected(rank, i, j, rounding_steps);
+          if (std::fabs(v - want.value) <= want.bound) continue;
+          if (failures++ < 5)
+            ADD_FAILURE() << "rank " << rank << " out[" << i << ", " << j << "] = " << v
+                          << ", expected " << want.value << " within " << want.bound;
+        }
+      }
+    }
+  }
+}
+
+// One GEMM then copies (small shares), one GEMM per owner (shares of 512 rows and more).
+TEST(TpLoopbackGpu, GemmReduceScatterMatchesTheReference) {
+  if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
+  constexpr int kRanks = 4;
+  struct Variant {
+    int64_t m;
+    WeightLayout layout;
+    DType out;
+    bool bias;
+  };
+  for (const Variant& v : {Variant{1, WeightLayout::kNK, DType::kBF16, true},
+                           Variant{37 * kRanks + 1, WeightLayout::kKN, DType::kF32, false},
+                           Variant{600 * kRanks + 3, WeightLayout::kNK, DType::kBF16, true},
+                           Variant{1024 * kRanks, WeightLayout::kKN, DType::kBF16, false}}) {
+    TpPlan plan;
+    plan.request = {TpOp::kGemmReduceScatter,
+                    v.m,
+                    384,
+                    256 * kRanks,
+                    DType::kBF16,
+                    v.out,
+                    v.layout,
+                    v.bias,
+                    kRanks,
+                    1};
+    SCOPED_TRACE(::testing::Message() << "M" << v.m << " " << weight_layout_name(v.layout) << " "
+                                      << dtype_name(v.out) << (v.bias ? " bias" : ""));
+    TpLoopback loopback(plan, Device::cuda(0));
+    // Partials rounded to the output type once each, summed in float32, rounded once more.
+    check_against_reference(loopback, testing::TpProblem(plan.request, 31), kRanks + 1);
+  }
+}
+
+// A GEMM per owner's column block (weights [N, K]), one GEMM and pitched copies ([K, N]).
+TEST(TpLoopbackGpu, GemmAllToAllMatchesTheReference) {
+  if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
+  constexpr int kRanks = 4;
+  struct Variant {
+    int64_t m;
+    WeightLayout layout;
+    DType out;
+    bool bias;
+  };
+  for (const Variant& v : {Variant{1, WeightLayout::kNK, DType::kBF16, true},
+                           Variant{37 * kRanks + 1, WeightLayout::kKN, DType::kF32, false},
+                           Variant{600 * kRanks + 3, WeightLayout::kNK, DType::kBF16, true},
+                           Variant{1024 * kRanks, WeightLayout::kKN, DType::kBF16, true}}) {
+    TpPlan plan;
+    plan.request = {TpOp::kGemmAllToAll,
+                    v.m,
+                    192 * kRanks,
+                    512,
+                    DType::kBF16,
+                    v.out,
+                    v.layout,
+                    v.bias,
+                    kRanks,
+                    1};
+    SCOPED_TRACE(::testing::Message() << "M" << v.m << " " << weight_layout_name(v.layout) << " "
+                                      << dtype_name(v.out) << (v.bias ? " bias" : ""));
+    TpLoopback loopback(plan, Device::cuda(0));
+    check_against_reference(loopback, testing::TpProblem(plan.request, 37), 1);
+  }
+}
+
 TEST(TpLoopbackGpu, RefusesWhatIsNotBuilt) {
   if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
   TpPlan plan;
+  plan.request = {TpOp::kAllGatherGemm, 256,   1024, 1024, DType::kBF16, DType::kBF16,
+                  WeightLayout::kKN,    false, 4,    1};
+  EXPECT_THROW({ TpLoopback refused(plan, Device::cuda(0)); }, Error);
+  // Loopback ranks have no world communicator (NCCL takes one rank per GPU).
+  LoopbackRanks ranks(2, Device::cuda(0));
   plan.request = {TpOp::kGemmReduceScatter, 256,   1024, 1024, DType::kBF16, DType::kBF16,
-                  WeightLayout::kNK,        false, 4,    1};
-  EXPECT_THROW({ TpLoopback refused(plan, Device::cuda(0)); }, Error);
-  plan.request.op = TpOp::kAllGatherGemm;
-  plan.request.weight_layout = WeightLayout::kKN;
-  EXPECT_THROW({ TpLoopback refused(plan, Device::cuda(0)); }, Error);
+                  WeightLayout::kNK,        false, 2,    1};
+  plan.fused = false;
+  try {
+    ranks.run_each([&](RankContext& ctx) { TpOperation refused(ctx, plan); });
+    ADD_FAILURE() << "an unfused plan on loopback ranks was not refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("world communicator"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -14,8 +14,9 @@ namespace tessera {
 // FNV-1a of `text` (e.g. a plan's JSON).
 uint64_t fingerprint(std::string_view text);
 
-// Collective over ctx.world: every rank's `words` (the same count everywhere), rank-major
-// ([P][words.size()]). Synchronizes ctx.stream; for construction, not the hot path.
+// Collective over the context's bootstrap (cuda ranks) or world communicator (cpu ranks):
+// every rank's `words` (the same count everywhere), rank-major ([P][words.size()]). Blocks the
+// host; for construction, not the hot path.
 std::vector<uint64_t> all_gather_words(RankContext& ctx, std::span<const uint64_t> words);
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 // RankContext: what one rank needs to run distributed work: its bootstrap, topology, world
 // communicator, symmetric heap and a default stream. Made by create_cuda_context() (one
-// process per GPU) or by run_cpu_ranks() (ranks as threads of this process).
+// process per GPU), run_cpu_ranks() (cpu ranks as threads of this process) or LoopbackRanks
+// (cuda ranks as threads of this process on one GPU, comm/loopback.h).
 #pragma once
 
 #include <functional>
@@ -21,6 +22,9 @@ struct ContextOptions {
   size_t heap_bytes = 1ull << 30;
   std::string heap_transport = "auto";  // "nvshmem", "ipc", "auto" (nvshmem, else ipc)
   bool create_heap = true;
+  // Multiprocessors one rank's kernels may occupy at once (0: all of them). Loopback ranks
+  // (comm/loopback.h) share one GPU and get 1/P of it each.
+  int rank_sms = 0;
 };
 
 struct RankContext {

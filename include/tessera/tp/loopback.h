@@ -1,15 +1,15 @@
 // TpLoopback: the P ranks of a fused tensor-parallel operation in one process on one GPU, so
-// the fused kernels, their signals and their tile orders run on real hardware without several
-// GPUs. Each rank has its own streams and buffers; its "peers" are the other ranks' buffers on
-// the same device, and each rank's GEMM gets 1/P of the multiprocessors (less one, left to the
-// copies), as if each rank had its own small GPU. Timings are not those of P GPUs: the ranks
-// share the device's memory bandwidth; loopback checks correctness and what the hooks cost.
+// the fused operations, their signals, copies and tile orders run on real hardware without
+// several GPUs. It runs TpOperation's cuda path, the code that runs across GPUs, on P loopback
+// ranks (comm/loopback.h): each rank's kernels on 1/P of the multiprocessors (less one, left to
+// the copies), as if each rank had its own small GPU, its "peers" the other ranks' symmetric
+// buffers in the same device memory. Timings are not those of P GPUs: the ranks share the
+// device's memory bandwidth; loopback checks correctness and what the protocols cost.
 //
-// Operations: AllGather+GEMM, pushed by copy engine (cudaMemcpyAsync into each peer's gather
-// buffer, then cuStreamWriteValue64 raising the peer's arrival word for that communication
-// tile: no multiprocessor involved), the GEMM kernel waiting per row tile (kernels/tp/).
-// GEMM+ReduceScatter and GEMM+AllToAll are refused with kUnsupported until their epilogue hook
-// exists. Weights [N, K] (kNK), bf16 or f16 in and out.
+// Operations: the three fused ones as the cuda backend builds them inside one machine
+// (AllGather+GEMM with weights [N, K] and bf16/f16 in and out; GEMM+ReduceScatter and
+// GEMM+AllToAll with either weight layout, bf16/f16 in, bf16/f16/f32 out; tp_backend.h).
+// The plan runs fused (plan.fused is taken as true).
 #pragma once
 
 #include <memory>
@@ -32,23 +32,25 @@ class TpLoopback {
   TpLoopback& operator=(const TpLoopback&) = delete;
 
   const TpPlan& plan() const;
-  std::string gemm_config() const;  // the GEMM configuration each rank runs
+  int rank_sms() const;  // the multiprocessors each rank's kernels stay on
+  // ag_gemm: the fused kernel's GEMM configuration; gemm_rs and gemm_a2a run Gemm's pick per
+  // owner's rows (or columns) and report "".
+  std::string gemm_config() const;
 
   // One call of the operation for every rank: a[r], b[r], bias[r] (empty views without bias)
-  // and out[r] as rank_shapes(plan.request, r) says, on the GPU. `stream` orders the call: the
-  // ranks start after its prior work, and its later work starts after every rank finished.
-  // Returns after enqueueing; a rank that never receives its rows fails its wait after
-  // timeout_ms with kTimeout naming both ranks (the CUDA context is lost then).
+  // and out[r] with the elements rank_shapes(plan.request, r) says, on the GPU. `stream`
+  // orders the call: the ranks start after its prior work, and its later work starts after
+  // every rank finished. Returns after enqueueing; a rank whose wait for a peer exceeds the
+  // wait timeout fails with kTimeout naming both ranks.
   void run(std::span<const TensorView> a, std::span<const TensorView> b,
            std::span<const TensorView> bias, std::span<const TensorView> out, const Stream& stream);
 
-  // Rank `rank`'s GEMM alone, with every multiprocessor and every arrival already signalled:
-  // the kernel with its hooks on and nothing to wait for, against the plain GEMM of the same
-  // configuration (the hooks' cost). `gathered` is the whole [M, K] input.
+  // ag_gemm only: rank `rank`'s fused kernel alone, with every multiprocessor and every
+  // arrival already signalled: the kernel with its hooks on and nothing to wait for, against
+  // the plain GEMM of the same configuration (the hooks' cost). `gathered` is the whole
+  // [M, K] input. The other operations' hooks sit outside their GEMMs (kUnsupported).
   void run_hooked_gemm(int rank, const TensorView& gathered, const TensorView& b,
                        const TensorView& bias, const TensorView& out, const Stream& stream);
-
-  void set_timeout_ms(int64_t timeout_ms);
 
   struct Impl;
 

@@ -2,6 +2,8 @@
 #include "comm/cuda/ipc_heap.h"
 
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "tessera/core/error.h"
 #include "tessera/core/logging.h"
@@ -50,6 +52,10 @@ IpcHeap::IpcHeap(Bootstrap& bootstrap, const Topology& topology, int device, siz
                   topology.host_name[0], "' but rank ", r, " is on '", topology.host_name[r],
                   "': use heap_transport=nvshmem across hosts");
   }
+  if (std::string_view(bootstrap.kind()) == "thread") {
+    attach_in_process(bootstrap, device);
+    return;
+  }
   try {
     ExportedArena mine;
     std::memset(&mine, 0, sizeof(mine));
@@ -92,6 +98,27 @@ IpcHeap::IpcHeap(Bootstrap& bootstrap, const Topology& topology, int device, siz
   }
   TESSERA_LOG(kDebug, "ipc symmetric heap: ", capacity_bytes(), " bytes on cuda:", device, ", ",
               opened_.size(), " peers mapped");
+}
+
+void IpcHeap::attach_in_process(Bootstrap& bootstrap, int device) {
+  in_process_ = true;
+  try {
+    std::string error;
+    try {
+      TESSERA_CUDA_CHECK(cudaSetDevice(device));
+      TESSERA_CUDA_CHECK(cudaMalloc(&arena_, arena_bytes()));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    agree_on_success(bootstrap, error, ErrorCode::kCuda,
+                     str("allocating the ", arena_bytes(), "-byte loopback arena"));
+    std::vector<void*> peer_bases(size_t(size()), nullptr);
+    bootstrap.allgather(&arena_, peer_bases.data(), sizeof(void*));
+    attach_arena(arena_, std::move(peer_bases));
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
 IpcHeap::~IpcHeap() {

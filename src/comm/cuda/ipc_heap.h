@@ -6,6 +6,9 @@
 //   put_with_signal  the copy, then a one-thread kernel that fences and stores/adds the signal
 //                    into the peer's word with system scope (signal_kernels.h)
 // Ranks on different hosts: the constructor throws kUnsupported on every rank.
+// Ranks that are threads of one process (a "thread" bootstrap: the loopback ranks of
+// comm/loopback.h) exchange their arenas' plain device pointers instead (a process cannot open
+// its own IPC handles); the transport is then "loopback".
 #pragma once
 
 #include <cstdint>
@@ -23,7 +26,7 @@ class IpcHeap final : public CudaSymmetricHeap {
   ~IpcHeap() override;
 
  protected:
-  const char* transport_name() const override { return "ipc"; }
+  const char* transport_name() const override { return in_process_ ? "loopback" : "ipc"; }
   void direct_put(size_t dst_offset, const void* src, size_t bytes, int peer,
                   cudaStream_t stream) override;
   void direct_get(void* dst, size_t src_offset, size_t bytes, int peer,
@@ -35,8 +38,10 @@ class IpcHeap final : public CudaSymmetricHeap {
                      cudaStream_t stream) override;
 
  private:
+  void attach_in_process(Bootstrap& bootstrap, int device);
   void release() noexcept;
 
+  bool in_process_ = false;
   void* arena_ = nullptr;
   std::vector<void*> opened_;  // peer arenas opened through IPC (closed in the destructor)
 };

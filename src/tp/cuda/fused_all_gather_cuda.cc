@@ -3,10 +3,10 @@
 //   1. this rank's rows into its own gather buffer on the caller's stream, then their signal
 //      words (a copy within one GPU may run as a kernel: on the side stream it could wait for
 //      a multiprocessor that the spinning GEMM holds);
-//   2. the GEMM on every multiprocessor, each row tile waiting for its chunks' words to reach
-//      this call's epoch (kernels/tp/), visiting the local rows first; launched before step 4
-//      is enqueued, so that the host's time enqueueing the pushes (a few us per chunk) is not
-//      spent with the GPU idle;
+//   2. the GEMM on every multiprocessor (on the context's rank_sms where set: loopback), each
+//      row tile waiting for its chunks' words to reach this call's epoch (kernels/tp/),
+//      visiting the local rows first; launched before step 4 is enqueued, so that the host's
+//      time enqueueing the pushes (a few us per chunk) is not spent with the GPU idle;
 //   3. after the GEMM, on the caller's stream: this rank's gather buffer released to every
 //      sender (its word at each, released_signal, raised to the epoch by the stream);
 //   4. on a side stream, the rows go to rank+1, rank+2, ... (so each rank receives from one
@@ -26,6 +26,7 @@
 // are zeroed once, when the operation is made.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <optional>
 #include <vector>
@@ -56,6 +57,7 @@ class FusedAllGather final : public CudaTpRunner {
     const TpRequest& r = plan.request;
     TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount,
                                               ctx.device.index));
+    if (ctx.options.rank_sms > 0) sms_ = std::min(sms_, ctx.options.rank_sms);
     kernel_.emplace(plan, ctx.rank, ctx.device, sms_);
     row_bytes_ = size_t(r.k) * dtype_size(r.dtype);
     for (int q = 0; q < r.world_size; ++q) peer_gathered_.push_back(words_.buffer(gathered_, q));

@@ -91,7 +91,8 @@ class FusedAllToAll final : public CudaTpRunner {
     phases_.start(s);
     if (mine_.count > 0 && !per_owner_) {
       gemm_->run(a, b, bias,
-                 TensorView(product_.data(), r.out_dtype, ctx_.device, {mine_.count, r.n}), stream);
+                 TensorView(product_.data(), r.out_dtype, ctx_.device, {mine_.count, r.n}), stream,
+                 ctx_.options.rank_sms);
       phases_.mark("gemm", s);
     }
     for (int owner : owner_order(plan_, rank)) {
@@ -107,7 +108,8 @@ class FusedAllToAll final : public CudaTpRunner {
                                                       r.out_dtype, ctx_.device, {cols});
         void* dst = owner == rank ? static_cast<void*>(rows_at(rank)) : product_of(owner);
         gemm_->run(a, b_rows, bias_cols,
-                   TensorView(dst, r.out_dtype, ctx_.device, {mine_.count, cols}), stream);
+                   TensorView(dst, r.out_dtype, ctx_.device, {mine_.count, cols}), stream,
+                   ctx_.options.rank_sms);
         phases_.mark("gemm for", s, owner);
       }
       if (owner == rank) {

@@ -133,17 +133,18 @@ class FusedReduceScatter final : public CudaTpRunner {
                                       size_t(rows.begin * k_rank) * in_elem,
                                   r.dtype, ctx_.device, {rows.count, k_rank});
           void* dst = owner == rank ? static_cast<void*>(block_of(rank)) : product_rows(rows);
-          gemms_.at(rows.count)->run(
-              a_rows, b, TensorView(),
-              TensorView(dst, r.out_dtype, ctx_.device, {rows.count, r.n}), stream);
+          gemms_.at(rows.count)
+              ->run(a_rows, b, TensorView(),
+                    TensorView(dst, r.out_dtype, ctx_.device, {rows.count, r.n}), stream,
+                    ctx_.options.rank_sms);
           phases_.mark("gemm for", s, owner);
         }
         if (owner != rank) send(owner, rows, computed_[size_t(owner)]);
       }
     } else {
       gemms_.at(r.m)->run(a, b, TensorView(),
-                          TensorView(product_.data(), r.out_dtype, ctx_.device, {r.m, r.n}),
-                          stream);
+                          TensorView(product_.data(), r.out_dtype, ctx_.device, {r.m, r.n}), stream,
+                          ctx_.options.rank_sms);
       phases_.mark("gemm", s);
       for (int owner : owner_order(plan_, rank)) {
         const RowRange rows = row_range(r.m, p, owner);

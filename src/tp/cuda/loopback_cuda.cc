@@ -1,78 +1,107 @@
-// TpLoopback on the cuda backend (tessera/tp/loopback.h): P ranks' AllGather+GEMM on one GPU.
+// TpLoopback on the cuda backend (tessera/tp/loopback.h): TpOperation's fused cuda path on P
+// loopback ranks of one GPU.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/cuda/signal_kernels.h"
-#include "comm/cuda/stream_memops.h"
+#include "tessera/comm/loopback.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
 #include "tessera/runtime/cuda_check.h"
 #include "tessera/tp/loopback.h"
+#include "tessera/tp/operation.h"
 #include "tp/cuda/ag_gemm_kernel.h"
+#include "tp/tp_backend.h"
 
 namespace tessera::tp {
+
+namespace {
+
+// The symmetric memory one rank's fused operation allocates (TpOperation::Impl::allocate_fused),
+// with room for the heap's alignment.
+size_t heap_bytes_for(const TpRequest& r) {
+  const size_t in_elem = dtype_size(r.dtype), out_elem = dtype_size(r.out_dtype);
+  const int64_t p = r.world_size, share = (r.m + p - 1) / p;
+  size_t bytes = 0;
+  switch (r.op) {
+    case TpOp::kAllGatherGemm:
+      bytes = size_t(r.m * r.k) * in_elem;
+      break;
+    case TpOp::kGemmReduceScatter:
+      bytes = size_t(p * share * r.n) * out_elem;
+      break;
+    case TpOp::kGemmAllToAll:
+      bytes = size_t(r.m * (r.n / p)) * out_elem;
+      break;
+  }
+  return bytes + (size_t(1) << 20);
+}
+
+}  // namespace
 
 struct TpLoopback::Impl {
   TpPlan plan;
   Device gpu;
-  int p = 1;
-  int64_t m = 0, n = 0, k = 0;  // the per-rank GEMM: [M, K] x [N/P, K]^T
-  size_t in_elem = 2;
-  int sms = 0, rank_sms = 0;
-  std::vector<detail::AgGemmKernel> kernels;  // one per rank
-  std::vector<Stream> compute, comm;
-  std::vector<Buffer> gathered, words;
-  Buffer arrived;  // every word 1 (run_hooked_gemm)
+  std::optional<LoopbackRanks> ranks;
+  std::vector<std::unique_ptr<TpOperation>> ops;  // one per rank, dropped before the ranks
+  // ag_gemm: rank r's kernel on the whole GPU for run_hooked_gemm, made on first use.
+  std::vector<std::optional<detail::AgGemmKernel>> hooked;
+  Buffer arrived;  // every arrival word 1
   cuda_comm::WaitTimeoutLog log;
-  uint64_t epoch = 0;
-  int64_t timeout_ms = wait_timeout_ms();
+  int sms = 0;
+  std::string config;
 };
 
 TpLoopback::TpLoopback(const TpPlan& plan, Device gpu) : impl_(std::make_unique<Impl>()) {
-  const TpRequest& r = plan.request;
-  validate_plan(plan, 1 << 16);
   TESSERA_CHECK(gpu.is_cuda(), ErrorCode::kUnsupported, "TpLoopback: device = ", gpu.to_string(),
                 ": expected a GPU");
-  detail::check_ag_gemm_kernel_supports(plan, "TpLoopback");
   Impl& im = *impl_;
   im.plan = plan;
+  im.plan.fused = true;
   im.gpu = gpu;
-  im.p = r.world_size;
-  im.m = r.m;
-  im.n = r.n / r.world_size;
-  im.k = r.k;
-  im.in_elem = dtype_size(r.dtype);
+  const TpRequest& r = im.plan.request;
+  TESSERA_CHECK_ARG(r.num_machines == 1, "TpLoopback: plan.request.num_machines = ", r.num_machines,
+                    ": expected 1 (loopback ranks share one GPU)");
+  validate_plan(im.plan, 1 << 16);
+  detail::check_cuda_fused_supported(im.plan);
   TESSERA_CUDA_CHECK(cudaSetDevice(gpu.index));
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&im.sms, cudaDevAttrMultiProcessorCount, gpu.index));
-  im.rank_sms = std::max(1, im.sms / im.p - 1);
-  const size_t words = size_t(num_signal_slots(plan));
-  im.arrived = Buffer::allocate(words * sizeof(uint64_t), gpu);
-  const std::vector<uint64_t> ones(words, 1);
-  TESSERA_CUDA_CHECK(cudaMemcpy(im.arrived.data(), ones.data(), words * sizeof(uint64_t),
-                                cudaMemcpyHostToDevice));
-  for (int rank = 0; rank < im.p; ++rank) {
-    im.kernels.emplace_back(plan, rank, gpu, im.rank_sms);
-    im.compute.push_back(Stream::create_cuda(gpu.index));
-    im.comm.push_back(Stream::create_cuda(gpu.index));
-    im.gathered.push_back(Buffer::allocate(size_t(im.m * im.k) * im.in_elem, gpu));
-    im.words.push_back(Buffer::allocate(words * sizeof(uint64_t), gpu));
-    TESSERA_CUDA_CHECK(cudaMemset(im.words.back().data(), 0, words * sizeof(uint64_t)));
+  ContextOptions options;
+  options.heap_bytes = heap_bytes_for(r);
+  im.ranks.emplace(r.world_size, gpu, options);
+  im.ops.resize(size_t(r.world_size));
+  im.ranks->run_each([&](RankContext& ctx) {
+    im.ops[size_t(ctx.rank)] = std::make_unique<TpOperation>(ctx, im.plan);
+  });
+  if (r.op == TpOp::kAllGatherGemm) {
+    im.config = detail::AgGemmKernel(im.plan, 0, gpu, rank_sms()).config_name();
+    im.hooked.resize(size_t(r.world_size));
+    const size_t words = size_t(num_signal_slots(im.plan));
+    im.arrived = Buffer::allocate(words * sizeof(uint64_t), gpu);
+    const std::vector<uint64_t> ones(words, 1);
+    TESSERA_CUDA_CHECK(cudaMemcpy(im.arrived.data(), ones.data(), words * sizeof(uint64_t),
+                                  cudaMemcpyHostToDevice));
   }
 }
 
-TpLoopback::~TpLoopback() = default;
+TpLoopback::~TpLoopback() {
+  if (!impl_) return;
+  impl_->ops.clear();  // before the ranks whose heaps hold their buffers
+}
+
 const TpPlan& TpLoopback::plan() const {
   return impl_->plan;
 }
-std::string TpLoopback::gemm_config() const {
-  return impl_->kernels.front().config_name();
+int TpLoopback::rank_sms() const {
+  return impl_->ranks->context(0).options.rank_sms;
 }
-void TpLoopback::set_timeout_ms(int64_t timeout_ms) {
-  TESSERA_CHECK_ARG(timeout_ms >= 1, "timeout_ms = ", timeout_ms, ": expected >= 1");
-  impl_->timeout_ms = timeout_ms;
+std::string TpLoopback::gemm_config() const {
+  return impl_->config;
 }
 
 void TpLoopback::run(std::span<const TensorView> a, std::span<const TensorView> b,
@@ -80,70 +109,50 @@ void TpLoopback::run(std::span<const TensorView> a, std::span<const TensorView> 
                      const Stream& stream) {
   Impl& im = *impl_;
   const TpRequest& r = im.plan.request;
-  const size_t p = size_t(im.p);
+  const size_t p = size_t(r.world_size);
   TESSERA_CHECK_ARG(a.size() == p && b.size() == p && out.size() == p && bias.size() == p,
                     "TpLoopback::run: a, b, bias, out hold ", a.size(), ", ", b.size(), ", ",
                     bias.size(), ", ", out.size(), " views: expected one per rank (", p, ")");
+  // Each view to the shape TpOperation takes, its element count checked here so the message
+  // names the rank.
+  std::vector<TensorView> av, bv, biasv, outv;
   for (size_t rank = 0; rank < p; ++rank) {
     const RankShapes sh = rank_shapes(r, int(rank));
-    auto check = [&](const TensorView& t, int64_t rows, int64_t cols, DType dtype,
-                     const char* what) {
-      TESSERA_CHECK_ARG(t.numel() == rows * cols, what, "[", rank, "] = ", t.to_string(),
-                        ": expected ", rows, " x ", cols, " elements");
+    auto shaped = [&](const TensorView& t, const std::vector<int64_t>& shape, DType dtype,
+                      const char* what) {
+      int64_t count = 1;
+      for (int64_t d : shape) count *= d;
+      TESSERA_CHECK_ARG(t.numel() == count, what, "[", rank, "] = ", t.to_string(), ": expected ",
+                        count, " elements");
+      if (count == 0) return TensorView();
       check_dtype(t, dtype, what);
       check_device(t, im.gpu, what);
       check_contiguous(t, what);
+      return TensorView::contiguous(t.data(), dtype, im.gpu, shape.data(), int(shape.size()));
     };
-    check(a[rank], sh.a_rows, sh.a_cols, r.dtype, "a");
-    check(b[rank], sh.b_rows, sh.b_cols, r.dtype, "b");
-    check(out[rank], sh.out_rows, sh.out_cols, r.out_dtype, "out");
+    av.push_back(shaped(a[rank], {sh.a_rows, sh.a_cols}, r.dtype, "a"));
+    bv.push_back(shaped(b[rank], {sh.b_rows, sh.b_cols}, r.dtype, "b"));
+    outv.push_back(shaped(out[rank], {sh.out_rows, sh.out_cols}, r.out_dtype, "out"));
     if (r.has_bias) {
-      check(bias[rank], 1, sh.bias, r.out_dtype, "bias");
+      biasv.push_back(shaped(bias[rank], {sh.bias}, r.out_dtype, "bias"));
     } else {
       TESSERA_CHECK_ARG(bias[rank].empty(), "bias[", rank, "] = ", bias[rank].to_string(),
                         ": expected an empty view (the request has no bias)");
+      biasv.emplace_back();
     }
   }
-  const uint64_t epoch = ++im.epoch;
   Event start = Event::create(stream);
   start.record(stream);
-  for (size_t s = 0; s < p; ++s) {
-    start.wait_on(im.comm[s]);
-    start.wait_on(im.compute[s]);
+  for (size_t rank = 0; rank < p; ++rank) {
+    const Stream& own = im.ranks->context(int(rank)).stream;
+    start.wait_on(own);
+    im.ops[rank]->run(av[rank], bv[rank], biasv[rank], outv[rank], own);
   }
-  // Each source pushes its rows to itself, then rank+1, rank+2, ...; a chunk, then its word.
-  const size_t row_bytes = size_t(im.k) * im.in_elem;
-  for (int s = 0; s < im.p; ++s) {
-    const auto cu = static_cast<cudaStream_t>(im.comm[size_t(s)].cuda_stream());
-    const RowRange mine = row_range(im.m, im.p, s);
-    for (int i = 0; i < im.p; ++i) {
-      const int q = (s + i) % im.p;
-      for (int64_t c = 0; c < num_chunks(im.plan, s); ++c) {
-        const RowRange rows = chunk_rows(im.plan, s, c);
-        TESSERA_CUDA_CHECK(cudaMemcpyAsync(
-            static_cast<std::byte*>(im.gathered[size_t(q)].data()) + size_t(rows.begin) * row_bytes,
-            static_cast<const std::byte*>(a[size_t(s)].data()) +
-                size_t(rows.begin - mine.begin) * row_bytes,
-            size_t(rows.count) * row_bytes, cudaMemcpyDeviceToDevice, cu));
-        cuda_comm::stream_write_value64(
-            cu, static_cast<uint64_t*>(im.words[size_t(q)].data()) + chunk_signal(im.plan, s, c),
-            epoch, "loopback: a rank's arrival word");
-      }
-    }
-  }
-  for (int rank = 0; rank < im.p; ++rank) {
-    const size_t i = size_t(rank);
-    im.kernels[i].launch(im.gathered[i].data(), b[i].data(), r.has_bias ? bias[i].data() : nullptr,
-                         out[i].data(), static_cast<const uint64_t*>(im.words[i].data()), epoch,
-                         im.timeout_ms, im.log, im.rank_sms,
-                         static_cast<cudaStream_t>(im.compute[i].cuda_stream()));
-  }
-  for (size_t s = 0; s < p; ++s) {
-    for (const Stream* side : {&im.comm[s], &im.compute[s]}) {
-      Event done = Event::create(*side);
-      done.record(*side);
-      done.wait_on(stream);
-    }
+  for (size_t rank = 0; rank < p; ++rank) {
+    const Stream& own = im.ranks->context(int(rank)).stream;
+    Event done = Event::create(own);
+    done.record(own);
+    done.wait_on(stream);
   }
 }
 
@@ -151,17 +160,26 @@ void TpLoopback::run_hooked_gemm(int rank, const TensorView& gathered, const Ten
                                  const TensorView& bias, const TensorView& out,
                                  const Stream& stream) {
   Impl& im = *impl_;
-  TESSERA_CHECK_ARG(rank >= 0 && rank < im.p, "rank = ", rank, ": expected 0 to ", im.p - 1);
-  TESSERA_CHECK_ARG(gathered.numel() == im.m * im.k, "gathered = ", gathered.to_string(),
-                    ": expected ", im.m, " x ", im.k, " elements");
-  TESSERA_CHECK_ARG(b.numel() == im.n * im.k, "b = ", b.to_string(), ": expected ", im.n, " x ",
-                    im.k, " elements");
-  TESSERA_CHECK_ARG(out.numel() == im.m * im.n, "out = ", out.to_string(), ": expected ", im.m,
-                    " x ", im.n, " elements");
-  im.kernels[size_t(rank)].launch(gathered.data(), b.data(), bias.empty() ? nullptr : bias.data(),
-                                  out.data(), static_cast<const uint64_t*>(im.arrived.data()), 1,
-                                  im.timeout_ms, im.log, im.sms,
-                                  static_cast<cudaStream_t>(stream.cuda_stream()));
+  const TpRequest& r = im.plan.request;
+  TESSERA_CHECK(r.op == TpOp::kAllGatherGemm, ErrorCode::kUnsupported,
+                "TpLoopback::run_hooked_gemm: op = ", tp_op_name(r.op),
+                ": only ag_gemm's hooks are inside its GEMM (the others' per-owner GEMMs, copies "
+                "and sums are outside it: compare run() with plain GEMMs)");
+  TESSERA_CHECK_ARG(rank >= 0 && rank < r.world_size, "rank = ", rank, ": expected 0 to ",
+                    r.world_size - 1);
+  const int64_t n = r.n / r.world_size;
+  TESSERA_CHECK_ARG(gathered.numel() == r.m * r.k, "gathered = ", gathered.to_string(),
+                    ": expected ", r.m, " x ", r.k, " elements");
+  TESSERA_CHECK_ARG(b.numel() == n * r.k, "b = ", b.to_string(), ": expected ", n, " x ", r.k,
+                    " elements");
+  TESSERA_CHECK_ARG(out.numel() == r.m * n, "out = ", out.to_string(), ": expected ", r.m, " x ", n,
+                    " elements");
+  std::optional<detail::AgGemmKernel>& kernel = im.hooked[size_t(rank)];
+  // Configured like the loopback rank's kernel, launched on the whole GPU.
+  if (!kernel) kernel.emplace(im.plan, rank, im.gpu, rank_sms());
+  kernel->launch(gathered.data(), b.data(), bias.empty() ? nullptr : bias.data(), out.data(),
+                 static_cast<const uint64_t*>(im.arrived.data()), 1, wait_timeout_ms(), im.log,
+                 im.sms, static_cast<cudaStream_t>(stream.cuda_stream()));
 }
 
 }  // namespace tessera::tp

@@ -19,6 +19,10 @@ namespace {
 class UnfusedPair final : public CudaTpRunner {
  public:
   UnfusedPair(RankContext& ctx, const TpPlan& plan) : ctx_(ctx), r_(plan.request) {
+    TESSERA_CHECK(ctx.world != nullptr, ErrorCode::kUnsupported, "rank ", ctx.rank,
+                  ": the unfused ", tp_op_name(r_.op),
+                  " needs the context's world communicator (NCCL) and this context has none "
+                  "(loopback ranks share one GPU); expected a fused plan");
     p_ = r_.world_size;
     rank_ = ctx.rank;
     share_ = (r_.m + p_ - 1) / p_;
