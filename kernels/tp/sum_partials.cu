@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ops/element.cuh"
+#include "tessera/runtime/cuda_check.h"
 #include "tp/sum_partials_launch.h"
 
 namespace tessera::tp::kernels {
@@ -48,6 +49,13 @@ void launch_sum_partials(const SumPartialsParams& p, void* cuda_stream) {
       sum_partials_kernel<__half><<<blocks, kThreads, 0, stream>>>(p);
       break;
   }
+}
+
+void preload_sum_partials() {
+  cudaFuncAttributes attributes;
+  TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, sum_partials_kernel<float>));
+  TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, sum_partials_kernel<__nv_bfloat16>));
+  TESSERA_CUDA_CHECK(cudaFuncGetAttributes(&attributes, sum_partials_kernel<__half>));
 }
 
 }  // namespace tessera::tp::kernels

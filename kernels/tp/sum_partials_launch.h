@@ -21,4 +21,11 @@ struct SumPartialsParams {
 };
 void launch_sum_partials(const SumPartialsParams& p, void* cuda_stream);
 
+// Loads the sum kernels' module now. Under CUDA's lazy loading (the default) a kernel's first
+// launch loads its module, which waits for the device's running kernels; the sum's first launch
+// comes after this rank's waits for its peers are enqueued, so it would block the host until
+// those waits end, and with the peers' work enqueued by the same thread later (loopback ranks)
+// never before they time out. Call when the operation is made.
+void preload_sum_partials();
+
 }  // namespace tessera::tp::kernels

@@ -91,6 +91,7 @@ class FusedReduceScatter final : public CudaTpRunner {
       gemms_[r.m] = gemm_of(r.m);
     }
     product_ = Buffer::allocate(size_t(r.m * r.n) * out_elem_, ctx.device);
+    kernels::preload_sum_partials();
   }
 
   void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,

@@ -122,9 +122,13 @@ void TpLoopback::run(std::span<const TensorView> a, std::span<const TensorView> 
                       const char* what) {
       int64_t count = 1;
       for (int64_t d : shape) count *= d;
-      TESSERA_CHECK_ARG(t.numel() == count, what, "[", rank, "] = ", t.to_string(), ": expected ",
-                        count, " elements");
-      if (count == 0) return TensorView();
+      if (count == 0) {  // a rank without rows: an empty view, or one of no elements
+        TESSERA_CHECK_ARG(t.empty() || t.numel() == 0, what, "[", rank, "] = ", t.to_string(),
+                          ": expected no elements (this rank has no rows)");
+        return TensorView();
+      }
+      TESSERA_CHECK_ARG(!t.empty() && t.numel() == count, what, "[", rank, "] = ", t.to_string(),
+                        ": expected ", count, " elements");
       check_dtype(t, dtype, what);
       check_device(t, im.gpu, what);
       check_contiguous(t, what);
