@@ -56,6 +56,12 @@ struct TileTraits<GemmTile::k128x128> {
   using Schedule = Cooperative;
 };
 template <>
+struct TileTraits<GemmTile::k128x64> {
+  using TileShape = cute::Shape<cute::_128, cute::_64, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using Schedule = Cooperative;
+};
+template <>
 struct TileTraits<GemmTile::k64x256PingPong> {
   using TileShape = cute::Shape<cute::_64, cute::_256, cute::_64>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;

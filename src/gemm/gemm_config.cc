@@ -11,8 +11,8 @@ namespace tessera::gemm {
 
 namespace {
 
-constexpr GemmTile kTiles[] = {GemmTile::k128x256, GemmTile::k128x128, GemmTile::k64x256PingPong,
-                               GemmTile::k128x128PingPong};
+constexpr GemmTile kTiles[] = {GemmTile::k128x256, GemmTile::k128x128, GemmTile::k128x64,
+                               GemmTile::k64x256PingPong, GemmTile::k128x128PingPong};
 
 const char* tile_name(GemmTile tile) {
   switch (tile) {
@@ -20,6 +20,8 @@ const char* tile_name(GemmTile tile) {
       return "128x256";
     case GemmTile::k128x128:
       return "128x128";
+    case GemmTile::k128x64:
+      return "128x64";
     case GemmTile::k64x256PingPong:
       return "64x256pp";
     case GemmTile::k128x128PingPong:
@@ -61,8 +63,8 @@ GemmConfig parse_gemm_config(std::string_view text, std::string_view what) {
   auto refuse = [&]() {
     throw_error(ErrorCode::kInvalidArgument,
                 str(what, " = '", text,
-                    "': expected TILE/SPLIT/sSWIZZLE with TILE 128x256, 128x128 (SPLIT dp, sk or "
-                    "k2..k16), 64x256pp or 128x128pp (SPLIT dp), SWIZZLE 1, 2, 4 or 8 (e.g. "
+                    "': expected TILE/SPLIT/sSWIZZLE with TILE 128x256, 128x128, 128x64 (SPLIT dp, "
+                    "sk or k2..k16), 64x256pp or 128x128pp (SPLIT dp), SWIZZLE 1, 2, 4 or 8 (e.g. "
                     "128x256/dp/s1)"));
   };
   const size_t a = text.find('/'), b = a == text.npos ? a : text.find('/', a + 1);
@@ -115,9 +117,12 @@ std::vector<GemmConfig> gemm_config_candidates() {
 
 // Made from `tessera bench gemm --configs all` on an H200 (docs/PERF.md, bench/results/
 // gemm_sweep_h200.json):
-//   - one row tile (M <= 128): 128 x 128 cooperative tiles; whole tiles when the columns fill
-//     most of the grid or the K loop is short, else split K (at most 4 ways, within one wave;
-//     the ordered reduction costs more beyond);
+//   - one row tile (M <= 128), outputs of at most one wave of 128 x 64 tiles (bench gemm
+//     --m 128 with the 128 x 64 tile, 2026-11-29, docs/PERF.md): 128 x 64 tiles, split K (at
+//     most 4 ways, within one wave) when half the grid would idle and the K loop is long, else
+//     stream-K when under 70% of the grid is busy, else whole tiles rasterized in groups of 4;
+//   - one row tile, wider outputs: 128 x 128 cooperative tiles; whole tiles when the columns
+//     fill most of the grid or the K loop is short, else split K as above or stream-K;
 //   - short K loops (<= 4096): 128 x 128 ping-pong (the epilogue hides under the other warp
 //     group's mainloop);
 //   - long K loops: 128 x 128 ping-pong when its tiles fill the last wave at least 3/4 full;
@@ -127,6 +132,15 @@ std::vector<GemmConfig> gemm_config_candidates() {
 GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, int sms) {
   TESSERA_CHECK_ARG(m >= 1 && n >= 1 && k >= 1 && sms >= 1, "choose_gemm_config: m ", m, ", n ", n,
                     ", k ", k, ", sms ", sms, ": expected each >= 1");
+  if (m <= 128 && (n + 63) / 64 <= int64_t(sms)) {
+    const int64_t tiles = (n + 63) / 64;
+    if (k > 3072 && tiles * 2 <= int64_t(sms)) {
+      const int splits = int(std::min<int64_t>(4, int64_t(sms) / tiles));
+      return {GemmTile::k128x64, GemmSplit::kSplitK, splits, 1};
+    }
+    if (tiles * 10 < int64_t(sms) * 7) return {GemmTile::k128x64, GemmSplit::kStreamK, 1, 1};
+    return {GemmTile::k128x64, GemmSplit::kDataParallel, 1, 4};
+  }
   if (m <= 128) {
     const int64_t tiles = (n + 127) / 128;
     if (k <= 3072 || tiles * 10 >= int64_t(sms) * 7) {
@@ -146,15 +160,15 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, int sms) {
   return {GemmTile::k128x256, GemmSplit::kStreamK, 1, 1};
 }
 
-// Where the sweep found the rule's pick short of cuBLASLt by more than 5%: a single row tile
-// (cuBLASLt's small-M kernels; ours reach 0.59x to 1.02x there), and narrow outputs (<= 2560
-// columns) of up to 4096 rows with long K loops.
 bool gemm_prefers_skinny(int64_t m, int64_t n, int64_t k) {
   (void)n;
   (void)k;
   return m <= 4;  // bench gemm, llama3-8b shapes on H100: 1.05-1.7x at M 1-4, 0.69-0.75x at M 8
 }
 
+// Where the sweep found the rule's pick short of cuBLASLt by more than 5%: a single row tile
+// (cuBLASLt's small-M kernels; ours reach 0.59x to 1.02x there), and narrow outputs (<= 2560
+// columns) of up to 4096 rows with long K loops.
 bool gemm_prefers_cublaslt(int64_t m, int64_t n, int64_t k) {
   return m <= 128 || (n <= 2560 && m <= 4096 && k > 4096);
 }

@@ -49,13 +49,21 @@ TEST(GemmConfig, RuleFollowsTheSweep) {
   EXPECT_EQ(choose_gemm_config(4096, 8192, 1024, sms),
             (GemmConfig{GemmTile::k128x128PingPong, GemmSplit::kDataParallel, 1, 1}));
   EXPECT_EQ(choose_gemm_config(16384, 8192, 1024, sms).swizzle, 4);
-  // 128 rows, 2560 columns: 20 tiles of 128 x 128 for 132 multiprocessors split K 4 ways
-  // (80 CTAs, one wave), and cuBLASLt is preferred there.
+  // 128 rows, 2560 columns: 40 tiles of 128 x 64 for 132 multiprocessors split K 3 ways
+  // (120 CTAs, one wave), and cuBLASLt is preferred there; 1280 columns: at most 4 ways.
   EXPECT_EQ(choose_gemm_config(128, 2560, 8192, sms),
-            (GemmConfig{GemmTile::k128x128, GemmSplit::kSplitK, 4, 1}));
+            (GemmConfig{GemmTile::k128x64, GemmSplit::kSplitK, 3, 1}));
+  EXPECT_EQ(choose_gemm_config(128, 1280, 8192, sms).splits, 4);
   EXPECT_TRUE(gemm_prefers_cublaslt(128, 2560, 8192));
-  // 72 tiles: a split would need a second wave, so stream-K.
-  EXPECT_EQ(choose_gemm_config(128, 9216, 12288, sms).split, GemmSplit::kStreamK);
+  // 72 tiles of 128 x 64, a short wave: stream-K; 128 of them: whole tiles, in groups of 4.
+  EXPECT_EQ(choose_gemm_config(128, 4608, 12288, sms),
+            (GemmConfig{GemmTile::k128x64, GemmSplit::kStreamK, 1, 1}));
+  EXPECT_EQ(choose_gemm_config(128, 8192, 2048, sms),
+            (GemmConfig{GemmTile::k128x64, GemmSplit::kDataParallel, 1, 4}));
+  // More than a wave of 128 x 64 tiles: 128 x 128; 72 of those: a split would need a second
+  // wave, so stream-K.
+  EXPECT_EQ(choose_gemm_config(128, 9216, 12288, sms),
+            (GemmConfig{GemmTile::k128x128, GemmSplit::kStreamK, 1, 1}));
   // Wide enough to fill the grid: whole tiles (cuBLASLt still preferred at one row tile).
   EXPECT_EQ(choose_gemm_config(128, 14336, 8192, sms).split, GemmSplit::kDataParallel);
   EXPECT_TRUE(gemm_prefers_cublaslt(128, 14336, 8192));
