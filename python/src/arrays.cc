@@ -148,6 +148,17 @@ TensorView checked_view(const ArrayFields& a, const ArgSpec& spec) {
   return strided_view(a, spec, tessera_dtype(a, spec.name));
 }
 
+TensorView fp8_view(const ArrayFields& a, const ArgSpec& spec) {
+  // DLPack 1.1's kDLFloat8_e4m3fn (torch.float8_e4m3fn), which nanobind's enum does not name.
+  constexpr uint8_t kFloat8E4m3fn = 10;
+  const bool bits = a.dtype.code == uint8_t(nb::dlpack::dtype_code::UInt);
+  TESSERA_CHECK_ARG(
+      (bits || a.dtype.code == kFloat8E4m3fn) && a.dtype.bits == 8 && a.dtype.lanes == 1, spec.name,
+      ": dtype ", dlpack_dtype_name(a.dtype),
+      ": expected float8_e4m3fn (or uint8 holding its bit patterns)");
+  return strided_view(a, spec, DType::kFP8E4M3);
+}
+
 TensorView index_view(const ArrayFields& a, const ArgSpec& spec) {
   TESSERA_CHECK_ARG(a.dtype.code == uint8_t(nb::dlpack::dtype_code::Int) && a.dtype.bits == 32 &&
                         a.dtype.lanes == 1,
@@ -198,6 +209,7 @@ NumpyArray new_numpy_array(DType dtype, const std::vector<int64_t>& shape) {
   nb::dlpack::dtype dt = nb::dtype<float>();
   if (dtype == DType::kF16) dt = {uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
   if (dtype == DType::kBF16) dt = nb::dtype<uint16_t>();  // bit patterns: NumPy has no bf16
+  if (dtype == DType::kFP8E4M3 || dtype == DType::kU8) dt = nb::dtype<uint8_t>();  // likewise
   return NumpyArray(data, dims.size(), dims.data(), owner, nullptr, dt, nb::device::cpu::value);
 }
 

@@ -6,7 +6,7 @@
 //
 // dtypes: float32, float16 and bfloat16 (DLPack's bfloat code: torch, JAX). NumPy has no
 // bfloat16, so a uint16 array is read as bfloat16 bit patterns, and bfloat16 outputs Tessera
-// allocates are uint16 arrays of bit patterns.
+// allocates are uint16 arrays of bit patterns; FP8 (e4m3) likewise as uint8 (fp8_view).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -60,6 +60,15 @@ TensorView checked_view(const nanobind::ndarray<Ts...>& a, const ArgSpec& spec) 
   return checked_view(fields_of(a), spec);
 }
 
+// A TensorView of fp8_e4m3 elements: DLPack's float8_e4m3fn (torch) or uint8 (their bit
+// patterns: NumPy has no FP8), after the same rank and stride checks; any other dtype throws
+// naming spec.name.
+TensorView fp8_view(const ArrayFields& a, const ArgSpec& spec);
+template <typename... Ts>
+TensorView fp8_view(const nanobind::ndarray<Ts...>& a, const ArgSpec& spec) {
+  return fp8_view(fields_of(a), spec);
+}
+
 // A TensorView of an int32 array (positions, page tables) after the same rank and stride
 // checks; any other dtype throws naming spec.name.
 TensorView index_view(const ArrayFields& a, const ArgSpec& spec);
@@ -111,7 +120,7 @@ Output output_argument(const nanobind::object& out, const ArgSpec& spec, const T
                        const char* like_name, const std::vector<int64_t>& shape, DType dtype,
                        const std::string& expected_shape, const char* dtype_owner);
 
-// A new zero-filled NumPy array; bfloat16 becomes uint16 bit patterns.
+// A new zero-filled NumPy array; bfloat16 becomes uint16 bit patterns, fp8_e4m3 uint8 ones.
 NumpyArray new_numpy_array(DType dtype, const std::vector<int64_t>& shape);
 // The Tessera view of an array new_numpy_array made (contiguous, cpu).
 TensorView view_of(const NumpyArray& a, DType dtype);

@@ -9,6 +9,7 @@ namespace tessera::python {
 void bind_errors(nanobind::module_& m);         // errors.cc
 void bind_info(nanobind::module_& m);           // info.cc
 void bind_attention(nanobind::module_& m);      // attention.cc
+void bind_attention_fp8(nanobind::module_& m);  // attention_fp8.cc
 void bind_ranks(nanobind::module_& m);          // ranks.cc
 void bind_sp_attention(nanobind::module_& sp);  // sp_attention.cc
 void bind_tp_operation(nanobind::module_& tp);  // tp_operation.cc

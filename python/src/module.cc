@@ -9,6 +9,7 @@ NB_MODULE(_C, m) {
   tessera::python::bind_errors(m);
   tessera::python::bind_info(m);
   tessera::python::bind_attention(m);
+  tessera::python::bind_attention_fp8(m);
   tessera::python::bind_ranks(m);
   nanobind::module_ sp = m.def_submodule("sp", "Sequence-parallel attention.");
   tessera::python::bind_sp_attention(sp);

@@ -72,6 +72,33 @@ def attention_varlen(
     must be finite everywhere.
     """
 
+def attention_fp8(
+    q: ArrayLike,
+    k: ArrayLike,
+    v: ArrayLike,
+    descale_q: ArrayLike,
+    descale_k: ArrayLike,
+    descale_v: ArrayLike,
+    *,
+    causal: bool = False,
+    softmax_scale: Optional[float] = None,
+    q_start: int = 0,
+    kv_start: int = 0,
+    out: Optional[ArrayLike] = None,
+    out_dtype: Any = "bfloat16",
+    workspace: Optional[ArrayLike] = None,
+    return_lse: bool = False,
+    stream: int = 0,
+) -> Any:
+    """FP8 (e4m3) attention with per-head descales: q, k, v float8_e4m3fn (or uint8 bit
+    patterns), descale_q [Hq], descale_k and descale_v [Hkv] float32; out bfloat16 on a GPU."""
+
+def fp8_workspace_bytes(v: ArrayLike, *, stream: int = 0) -> int:
+    """Workspace bytes attention_fp8 needs for v on the stream's device (0 on the cpu)."""
+
+def quantize_fp8(x: ArrayLike) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.float32]]:
+    """Per-head e4m3 quantization of a cpu x [B, L, H, D]: (x8 bit patterns, descales [H])."""
+
 def reference_attention(
     q: ArrayLike,
     k: ArrayLike,

@@ -22,6 +22,8 @@ with messages that name the argument and what was expected.
 
 from __future__ import annotations
 
+import sys
+
 from . import _C
 from ._errors import (
     CudaError,
@@ -40,6 +42,8 @@ from ._errors import (
 from ._frameworks import default_stream as _default_stream
 from ._frameworks import exported as _exported
 from ._frameworks import like_input as _like_input
+from ._frameworks import new_array as _new_array
+from ._frameworks import new_bytes as _new_bytes
 from ._frameworks import new_output as _new_output
 from ._ranks import cuda_context, run_cpu_ranks
 from . import decode, model, sched, sp, tp
@@ -82,6 +86,40 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 
 attention_varlen.__doc__ = _C.attention_varlen.__doc__
+
+_TESSERA_DTYPE_CODES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+
+
+def _fp8_bits(x):
+    """torch's float8_e4m3fn tensors as their uint8 bit patterns (what every DLPack consumer
+    reads); anything else unchanged."""
+    if type(x).__module__.split(".")[0] == "torch" and str(x.dtype) == "torch.float8_e4m3fn":
+        return x.view(sys.modules["torch"].uint8)
+    return x
+
+
+def attention_fp8(q, k, v, descale_q, descale_k, descale_v, *, out=None, out_dtype="bfloat16",
+                  stream=None, return_lse=False, **kwargs):
+    q, k, v = _fp8_bits(q), _fp8_bits(k), _fp8_bits(v)
+    if out is None and type(q).__module__.split(".")[0] == "torch":
+        torch = sys.modules["torch"]
+        out = torch.empty(tuple(q.shape), dtype=getattr(torch, out_dtype), device=q.device)
+    elif out is None:
+        out = _new_array(q, tuple(q.shape), _TESSERA_DTYPE_CODES.get(out_dtype, "bf16"))
+    if stream is None:
+        stream = _default_stream(q)
+    workspace = _new_bytes(q, _C.fp8_workspace_bytes(_exported(v), stream=stream))
+    result = _C.attention_fp8(_exported(q), _exported(k), _exported(v), _exported(descale_q),
+                              _exported(descale_k), _exported(descale_v), out=_exported(out),
+                              out_dtype=out_dtype, workspace=_exported(workspace), stream=stream,
+                              return_lse=return_lse, **kwargs)
+    if out is not None:
+        result = (out, result[1]) if return_lse else out
+    return result
+
+
+attention_fp8.__doc__ = _C.attention_fp8.__doc__
+quantize_fp8 = _C.quantize_fp8
 info = _C.info
 
 __version__: str = _C.info()["version"]
@@ -100,11 +138,13 @@ __all__ = [
     "TimeoutError",
     "UnsupportedError",
     "attention",
+    "attention_fp8",
     "attention_varlen",
     "cuda_context",
     "decode",
     "info",
     "model",
+    "quantize_fp8",
     "reference_attention",
     "run_cpu_ranks",
     "sched",

@@ -93,6 +93,27 @@ def test_attention_varlen_matches_sdpa_per_sequence(head_dim, causal):
                          f"varlen D{head_dim} causal={causal} sequence {b}")
 
 
+@pytest.mark.parametrize("head_dim", [128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_fp8_matches_sdpa_on_the_dequantized_inputs(head_dim, causal):
+    # Per-head quantization in torch (as TransformerEngine keeps scale_inv), fp8 tensors in.
+    def quantize(x):
+        descale = (x.float().abs().amax(dim=(0, 1, 3)) / 448).clamp_min(1e-12)
+        return (x.float() / descale[None, None, :, None]).to(torch.float8_e4m3fn), descale
+
+    q, k, v = (quantize(randn(2, 640, h, head_dim, seed=s)) for s, h in ((30, 8), (31, 2), (32, 2)))
+    o = tessera.attention_fp8(q[0], k[0], v[0], q[1], k[1], v[1], causal=causal)
+    torch.cuda.synchronize()
+    assert isinstance(o, torch.Tensor) and o.dtype == torch.bfloat16 and o.shape == q[0].shape
+    deq = [(x.float() * d[None, None, :, None]) for x, d in (q, k, v)]
+    want = torch.nn.functional.scaled_dot_product_attention(
+        deq[0].transpose(1, 2), deq[1].transpose(1, 2), deq[2].transpose(1, 2),
+        is_causal=causal, enable_gqa=True).transpose(1, 2)
+    err = (o.float() - want).abs().max().item()
+    # P is rounded to e4m3 before the PV product (as FlashAttention-3): 3 mantissa bits.
+    assert err <= 0.05 * want.abs().max().item(), f"fp8 D{head_dim} causal={causal}: {err}"
+
+
 def test_bad_cuda_input_names_the_argument():
     q = randn(1, 16, 2, 64)
     with pytest.raises(tessera.InvalidArgumentError, match="k: on cpu"):
