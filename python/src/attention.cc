@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "arrays.h"
+#include "attention_operands.h"
 #include "bindings.h"
 #include "tessera/attn/attention.h"
 #include "tessera/attn/reference.h"
@@ -21,6 +22,27 @@ namespace nb = nanobind;
 
 namespace tessera::python {
 
+Operands attention_operands(TensorView q, TensorView k, TensorView v, bool causal,
+                            std::optional<double> softmax_scale, int64_t q_start,
+                            int64_t kv_start) {
+  check_same_device(k, "k", q, "q");
+  check_same_device(v, "v", q, "q");
+  const int64_t B = q.size(0), Hq = q.size(2), D = q.size(3);
+  const int64_t Lkv = k.size(1), Hkv = k.size(2);
+  TESSERA_CHECK_ARG(k.size(0) == B && k.size(3) == D, "k: shape ", shape_string(k),
+                    ": expected [B=", B, ", Lkv, Hkv, D=", D, "] (B and D of q ", shape_string(q),
+                    ")");
+  TESSERA_CHECK_ARG(Hkv >= 1 && Hq % Hkv == 0, "k: ", Hkv, " heads: expected a divisor of q's ", Hq,
+                    " heads (GQA groups)");
+  check_shape(v, "v", {B, Lkv, Hkv, D}, str("k's shape ", shape_string(k)));
+  Operands ops{q, k, v, attn::MaskSpec::none(), 1.0f};
+  ops.softmax_scale = softmax_scale ? float(*softmax_scale) : attn::default_softmax_scale(D);
+  TESSERA_CHECK_ARG(std::isfinite(ops.softmax_scale) && ops.softmax_scale > 0,
+                    "softmax_scale = ", ops.softmax_scale, ": expected a finite value > 0");
+  if (causal) ops.mask = attn::MaskSpec::causal_at(q_start, kv_start);
+  return ops;
+}
+
 namespace {
 
 constexpr ArgSpec kQ{"q", "[B, Lq, Hq, D]", 4};
@@ -28,37 +50,14 @@ constexpr ArgSpec kK{"k", "[B, Lkv, Hkv, D]", 4};
 constexpr ArgSpec kV{"v", "[B, Lkv, Hkv, D]", 4};
 constexpr ArgSpec kOut{"out", "[B, Lq, Hq, D]", 4, true};
 
-struct Operands {
-  TensorView q, k, v;
-  attn::MaskSpec mask;
-  float softmax_scale = 1.0f;
-};
-
-// Checks q, k, v against each other (names in every message) and resolves the mask and scale.
 Operands operands(const InArray& q_arr, const InArray& k_arr, const InArray& v_arr, bool causal,
                   std::optional<double> softmax_scale, int64_t q_start, int64_t kv_start) {
-  Operands ops;
-  ops.q = checked_view(q_arr, kQ);
-  ops.k = checked_view(k_arr, kK);
-  ops.v = checked_view(v_arr, kV);
-  const TensorView& q = ops.q;
-  check_same_device(ops.k, "k", q, "q");
-  check_same_device(ops.v, "v", q, "q");
-  const int64_t B = q.size(0), Hq = q.size(2), D = q.size(3);
-  const int64_t Lkv = ops.k.size(1), Hkv = ops.k.size(2);
-  TESSERA_CHECK_ARG(ops.k.size(0) == B && ops.k.size(3) == D, "k: shape ", shape_string(ops.k),
-                    ": expected [B=", B, ", Lkv, Hkv, D=", D, "] (B and D of q ", shape_string(q),
-                    ")");
-  TESSERA_CHECK_ARG(Hkv >= 1 && Hq % Hkv == 0, "k: ", Hkv, " heads: expected a divisor of q's ", Hq,
-                    " heads (GQA groups)");
-  check_shape(ops.v, "v", {B, Lkv, Hkv, D}, str("k's shape ", shape_string(ops.k)));
-  TESSERA_CHECK_ARG(ops.k.dtype() == q.dtype() && ops.v.dtype() == q.dtype(), "k, v: dtypes ",
-                    dtype_name(ops.k.dtype()), ", ", dtype_name(ops.v.dtype()), ": expected q's ",
-                    dtype_name(q.dtype()));
-  ops.softmax_scale = softmax_scale ? float(*softmax_scale) : attn::default_softmax_scale(D);
-  TESSERA_CHECK_ARG(std::isfinite(ops.softmax_scale) && ops.softmax_scale > 0,
-                    "softmax_scale = ", ops.softmax_scale, ": expected a finite value > 0");
-  ops.mask = causal ? attn::MaskSpec::causal_at(q_start, kv_start) : attn::MaskSpec::none();
+  Operands ops =
+      attention_operands(checked_view(q_arr, kQ), checked_view(k_arr, kK), checked_view(v_arr, kV),
+                         causal, softmax_scale, q_start, kv_start);
+  TESSERA_CHECK_ARG(ops.k.dtype() == ops.q.dtype() && ops.v.dtype() == ops.q.dtype(),
+                    "k, v: dtypes ", dtype_name(ops.k.dtype()), ", ", dtype_name(ops.v.dtype()),
+                    ": expected q's ", dtype_name(ops.q.dtype()));
   return ops;
 }
 

@@ -8,11 +8,11 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/vector.h>
 
-#include <cmath>
 #include <optional>
 #include <vector>
 
 #include "arrays.h"
+#include "attention_operands.h"
 #include "bindings.h"
 #include "tessera/attn/fp8.h"
 #include "tessera/core/error.h"
@@ -47,24 +47,14 @@ nb::object attention_fp8(const InArray& q_arr, const InArray& k_arr, const InArr
                          bool causal, std::optional<double> softmax_scale, int64_t q_start,
                          int64_t kv_start, nb::object out, const nb::handle& out_dtype,
                          nb::object workspace, bool return_lse, uint64_t stream_handle) {
-  const TensorView q = fp8_view(q_arr, kQ8), k = fp8_view(k_arr, kK8), v = fp8_view(v_arr, kV8);
-  check_same_device(k, "k", q, "q");
-  check_same_device(v, "v", q, "q");
-  const int64_t B = q.size(0), Hq = q.size(2), D = q.size(3), Lkv = k.size(1), Hkv = k.size(2);
-  TESSERA_CHECK_ARG(k.size(0) == B && k.size(3) == D, "k: shape ", shape_string(k),
-                    ": expected [B=", B, ", Lkv, Hkv, D=", D, "] (B and D of q ", shape_string(q),
-                    ")");
-  TESSERA_CHECK_ARG(Hkv >= 1 && Hq % Hkv == 0, "k: ", Hkv, " heads: expected a divisor of q's ", Hq,
-                    " heads (GQA groups)");
-  check_shape(v, "v", {B, Lkv, Hkv, D}, str("k's shape ", shape_string(k)));
+  const Operands ops =
+      attention_operands(fp8_view(q_arr, kQ8), fp8_view(k_arr, kK8), fp8_view(v_arr, kV8), causal,
+                         softmax_scale, q_start, kv_start);
+  const TensorView& q = ops.q;
+  const int64_t B = q.size(0), Hq = q.size(2), D = q.size(3), Hkv = ops.k.size(2);
   const attn::Fp8DescaleTensors descales{descale_view(dq_arr, "descale_q", Hq, q),
                                          descale_view(dk_arr, "descale_k", Hkv, q),
                                          descale_view(dv_arr, "descale_v", Hkv, q)};
-  const float scale = softmax_scale ? float(*softmax_scale) : attn::default_softmax_scale(D);
-  TESSERA_CHECK_ARG(std::isfinite(scale) && scale > 0, "softmax_scale = ", scale,
-                    ": expected a finite value > 0");
-  const attn::MaskSpec mask =
-      causal ? attn::MaskSpec::causal_at(q_start, kv_start) : attn::MaskSpec::none();
   const Output o = output_argument(out, kOut, q, "q", {B, q.size(1), Hq, D},
                                    dtype_argument(out_dtype, "out_dtype"),
                                    str("q's shape ", shape_string(q)), "out_dtype");
@@ -84,7 +74,8 @@ nb::object attention_fp8(const InArray& q_arr, const InArray& k_arr, const InArr
   }
   {
     nb::gil_scoped_release released;
-    attn::forward_fp8(q, k, v, descales, mask, scale, o.view, lse, scratch, stream);
+    attn::forward_fp8(q, ops.k, ops.v, descales, ops.mask, ops.softmax_scale, o.view, lse, scratch,
+                      stream);
   }
   if (return_lse) return nb::make_tuple(o.object, nb::cast(lse_arr));
   return o.object;

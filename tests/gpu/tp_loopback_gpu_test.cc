@@ -188,42 +188,9 @@ void check_against_reference(TpLoopback& loopback, const testing::TpProblem& pro
   }
 }
 
-// One GEMM then copies (small shares), one GEMM per owner (shares of 512 rows and more).
-TEST(TpLoopbackGpu, GemmReduceScatterMatchesTheReference) {
-  if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
-  constexpr int kRanks = 4;
-  struct Variant {
-    int64_t m;
-    WeightLayout layout;
-    DType out;
-    bool bias;
-  };
-  for (const Variant& v : {Variant{1, WeightLayout::kNK, DType::kBF16, true},
-                           Variant{37 * kRanks + 1, WeightLayout::kKN, DType::kF32, false},
-                           Variant{600 * kRanks + 3, WeightLayout::kNK, DType::kBF16, true},
-                           Variant{1024 * kRanks, WeightLayout::kKN, DType::kBF16, false}}) {
-    TpPlan plan;
-    plan.request = {TpOp::kGemmReduceScatter,
-                    v.m,
-                    384,
-                    256 * kRanks,
-                    DType::kBF16,
-                    v.out,
-                    v.layout,
-                    v.bias,
-                    kRanks,
-                    1};
-    SCOPED_TRACE(::testing::Message() << "M" << v.m << " " << weight_layout_name(v.layout) << " "
-                                      << dtype_name(v.out) << (v.bias ? " bias" : ""));
-    TpLoopback loopback(plan, Device::cuda(0));
-    // Partials rounded to the output type once each, summed in float32, rounded once more.
-    check_against_reference(loopback, testing::TpProblem(plan.request, 31), kRanks + 1);
-  }
-}
-
-// A GEMM per owner's column block (weights [N, K]), one GEMM and pitched copies ([K, N]).
-TEST(TpLoopbackGpu, GemmAllToAllMatchesTheReference) {
-  if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
+// Four loopback ranks of `op` (N, K as given) on M of one row (ranks without rows), M not a
+// multiple of the ranks, and shares of 600 and 1024 rows; both weight layouts, f32 out, bias.
+void check_owner_operation(TpOp op, int64_t n, int64_t k, uint64_t seed, int rounding_steps) {
   constexpr int kRanks = 4;
   struct Variant {
     int64_t m;
@@ -236,21 +203,26 @@ TEST(TpLoopbackGpu, GemmAllToAllMatchesTheReference) {
                            Variant{600 * kRanks + 3, WeightLayout::kNK, DType::kBF16, true},
                            Variant{1024 * kRanks, WeightLayout::kKN, DType::kBF16, true}}) {
     TpPlan plan;
-    plan.request = {TpOp::kGemmAllToAll,
-                    v.m,
-                    192 * kRanks,
-                    512,
-                    DType::kBF16,
-                    v.out,
-                    v.layout,
-                    v.bias,
-                    kRanks,
-                    1};
-    SCOPED_TRACE(::testing::Message() << "M" << v.m << " " << weight_layout_name(v.layout) << " "
-                                      << dtype_name(v.out) << (v.bias ? " bias" : ""));
+    plan.request = {op, v.m, n, k, DType::kBF16, v.out, v.layout, v.bias, kRanks, 1};
+    SCOPED_TRACE(::testing::Message()
+                 << tp_op_name(op) << " M" << v.m << " " << weight_layout_name(v.layout) << " "
+                 << dtype_name(v.out) << (v.bias ? " bias" : ""));
     TpLoopback loopback(plan, Device::cuda(0));
-    check_against_reference(loopback, testing::TpProblem(plan.request, 37), 1);
+    check_against_reference(loopback, testing::TpProblem(plan.request, seed), rounding_steps);
   }
+}
+
+// One GEMM then copies (small shares), one GEMM per owner (shares of 512 rows and more);
+// partials rounded to the output type once each, summed in float32, rounded once more.
+TEST(TpLoopbackGpu, GemmReduceScatterMatchesTheReference) {
+  if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
+  check_owner_operation(TpOp::kGemmReduceScatter, 384, 256 * 4, 31, 4 + 1);
+}
+
+// A GEMM per owner's column block (weights [N, K]), one GEMM and pitched copies ([K, N]).
+TEST(TpLoopbackGpu, GemmAllToAllMatchesTheReference) {
+  if (cuda_device_count() < 1) GTEST_SKIP() << "no GPU";
+  check_owner_operation(TpOp::kGemmAllToAll, 192 * 4, 512, 37, 1);
 }
 
 TEST(TpLoopbackGpu, RefusesWhatIsNotBuilt) {
