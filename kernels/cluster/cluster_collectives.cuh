@@ -16,6 +16,9 @@
 //                            N-1, accumulating in f32: the result is bitwise the same on every
 //                            CTA and from run to run, for any cluster size (1 to 16, powers of
 //                            two or not).
+//   PushReducer::all_reduce  all_reduce's result (the same bits) for small buffers with no
+//                            cluster barrier per call: each CTA pushes its buffer into every
+//                            peer's receive slot and waits on its own mbarrier (below).
 //   all_gather(buf[N][count]) CTA r's slot buf[r] is copied into every peer's buf[r].
 //   reduce_scalar(v)         one f32 per CTA (after a block reduction) combined in rank order
 //                            and returned on every thread of every CTA: softmax maxima and sums,
@@ -197,6 +200,119 @@ __device__ void all_reduce(T* buf, int count, Op op, Peers peers = {}) {
   }
   cluster_sync();
 }
+
+// ---- Push form: all_reduce of a small buffer without cluster barriers ----------------------
+//
+// Every CTA stores its buffer into its own slot of every peer's receive area (st.async: the
+// bytes are counted on the peer's mbarrier, no round trip), waits on its own mbarrier until
+// all N - 1 peers' bytes are in, and reduces the N copies in rank order as all_reduce does
+// (f32, the same bits on every CTA). Two receive areas alternate call by call: a peer stores
+// call i + 2 into the area of call i only after it received this CTA's call i + 1, which this
+// CTA sends only after it finished reading call i (the call ends with a block barrier). Every
+// store a CTA receives arrives before its call returns, so no CTA waits for another to exit.
+//
+// Shared memory (push_reduce_bytes): two 8-byte mbarriers, then [2][N][bytes rounded up to 16].
+// The buffer itself must be 16-byte aligned with its size rounded up to 16 bytes (whole
+// vectors travel; elements past `count` are not reduced).
+__host__ __device__ constexpr size_t push_reduce_bytes(size_t max_bytes, int cluster_size) {
+  return 16 + 2 * size_t(cluster_size) * ((max_bytes + 15) / 16 * 16);
+}
+
+class PushReducer {
+ public:
+  // Collective over the cluster (every thread of every CTA): `storage` is
+  // push_reduce_bytes(max_bytes, cluster size) of 16-byte aligned shared memory. One cluster
+  // barrier, so that every peer's mbarriers are initialized before any store reaches them.
+  __device__ PushReducer(void* storage, size_t max_bytes)
+      : bars_(static_cast<uint64_t*>(storage)),
+        slots_(static_cast<unsigned char*>(storage) + 16),
+        slot_bytes_(uint32_t((max_bytes + 15) / 16 * 16)) {
+    if (threadIdx.x == 0) {
+      for (int a = 0; a < 2; ++a)
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_address(bars_ + a)));
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cluster_sync();
+  }
+
+  // buf[count] = op over the cluster's ranks, on every rank; count * sizeof(T) <= max_bytes.
+  template <typename T, typename Op>
+  __device__ void all_reduce(T* buf, int count, Op op) {
+    constexpr int V = kVec<T>;
+    const unsigned rank = cluster_rank(), n = cluster_size();
+    const int vectors = (count + V - 1) / V;
+    const int area = int(calls_ & 1u);
+    const uint32_t parity = (calls_ >> 1) & 1u;
+    ++calls_;
+    __syncthreads();  // every thread's part of buf is in place
+    if (n == 1) return;
+    const uint32_t bar = smem_address(bars_ + area);
+    if (threadIdx.x == 0) {
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar),
+                   "r"(uint32_t(n - 1) * uint32_t(vectors) * 16u)
+                   : "memory");
+    }
+    // This rank's slot in area `area`, as every peer holds it.
+    const uint32_t my_slot = smem_address(slot(area, rank));
+    for (unsigned q = 1; q < n; ++q) {
+      const unsigned peer = (rank + q) % n;  // spread the stores over the peers
+      const uint32_t remote_slot = map_to_rank(my_slot, peer);
+      const uint32_t remote_bar = map_to_rank(bar, peer);
+      for (int j = int(threadIdx.x); j < vectors; j += int(blockDim.x)) {
+        const uint4 v = reinterpret_cast<const uint4*>(buf)[j];
+        asm volatile(
+            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+            "[%5];" ::"r"(remote_slot + uint32_t(j) * 16u),
+            "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
+            : "memory");
+      }
+    }
+    wait_parity(bar, parity);
+    for (int j = int(threadIdx.x); j < vectors; j += int(blockDim.x)) {
+      float acc[V];
+      for (unsigned p = 0; p < n; ++p) {
+        const T* src = p == rank ? buf : reinterpret_cast<const T*>(slot(area, p));
+        const Vec<T> x = reinterpret_cast<const Vec<T>*>(src)[j];
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc[e] = p == 0 ? to_f32(x.v[e]) : op(acc[e], to_f32(x.v[e]));
+      }
+      Vec<T> out;
+#pragma unroll
+      for (int e = 0; e < V; ++e) out.v[e] = from_f32<T>(acc[e]);
+      reinterpret_cast<Vec<T>*>(buf)[j] = out;
+    }
+    __syncthreads();  // no thread reads area `area` once the next call's stores may leave
+  }
+
+ private:
+  static __device__ uint32_t smem_address(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  }
+  static __device__ uint32_t map_to_rank(uint32_t address, unsigned rank) {
+    uint32_t mapped;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(mapped) : "r"(address), "r"(rank));
+    return mapped;
+  }
+  static __device__ void wait_parity(uint32_t bar, uint32_t parity) {
+    uint32_t done = 0;
+    while (!done) {
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          " selp.u32 %0, 1, 0, p;\n}"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    }
+  }
+  __device__ unsigned char* slot(int area, unsigned rank) const {
+    return slots_ + (size_t(area) * cluster_size() + rank) * slot_bytes_;
+  }
+
+  uint64_t* bars_;
+  unsigned char* slots_;
+  uint32_t slot_bytes_;
+  uint32_t calls_ = 0;
+};
 
 // buf[N][count]: rank r's slot buf + r * count goes to every peer (vector copies where the
 // slots are 16-byte aligned).

@@ -26,7 +26,14 @@ __device__ void run_once(T* buf, int count, GlobalPeers peers) {
   if constexpr (kOp == CollectiveOp::kGather) all_gather(buf, count, peers);
 }
 
-// Shared memory: the CTA's input copy [count], then (DSMEM path) its buffer.
+template <typename T, CollectiveOp kOp>
+__device__ void run_once(T* buf, int count, PushReducer& reducer) {
+  if constexpr (kOp == CollectiveOp::kReduceSum) reducer.all_reduce(buf, count, SumOp{});
+  if constexpr (kOp == CollectiveOp::kReduceMax) reducer.all_reduce(buf, count, MaxOp{});
+}
+
+// Shared memory: the CTA's input copy [count], then (DSMEM paths) its buffer, then (push path)
+// the PushReducer's mbarriers and receive slots.
 template <typename T, CollectiveOp kOp, CollectivePath kPath>
 __global__ void __launch_bounds__(kThreads) collective_kernel(const T* __restrict__ in,
                                                                T* __restrict__ out,
@@ -38,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) collective_kernel(const T* __restric
   T* input = reinterpret_cast<T*>(smem);
   const int input_elems = (count + kVec<T> - 1) / kVec<T> * kVec<T>;
   T* buf;
-  if constexpr (kPath == CollectivePath::kDsmem) {
+  if constexpr (kPath != CollectivePath::kGlobal) {
     buf = input + input_elems;
   } else {
     buf = reinterpret_cast<T*>(global_scratch) + cta * buffer_elems;
@@ -47,7 +54,7 @@ __global__ void __launch_bounds__(kThreads) collective_kernel(const T* __restric
   // A gather places the input in this rank's slot, a reduce over the whole buffer.
   T* slot = kOp == CollectiveOp::kGather ? buf + rank * count : buf;
   __syncthreads();
-  const auto body = [&](auto peers) {
+  const auto body = [&](auto&& peers) {
     copy_range(slot, input, 0, count);
     __syncthreads();
     for (int it = 0; it < iters; ++it) {
@@ -58,7 +65,10 @@ __global__ void __launch_bounds__(kThreads) collective_kernel(const T* __restric
       }
     }
   };
-  if constexpr (kPath == CollectivePath::kDsmem) {
+  if constexpr (kPath == CollectivePath::kDsmemPush) {
+    PushReducer reducer(buf + buffer_elems, size_t(buffer_elems) * sizeof(T));
+    body(reducer);
+  } else if constexpr (kPath == CollectivePath::kDsmem) {
     body(DsmemPeers{});
   } else {
     char* base = global_scratch + (cta - rank) * buffer_elems * int64_t{sizeof(T)};
@@ -72,8 +82,7 @@ __global__ void __launch_bounds__(kThreads) collective_kernel(const T* __restric
 template <typename T, CollectiveOp kOp, CollectivePath kPath>
 void launch_typed(const CollectiveLaunch& l, cudaStream_t stream) {
   auto kernel = collective_kernel<T, kOp, kPath>;
-  const size_t smem = (kPath == CollectivePath::kDsmem ? collective_buffer_bytes(l) : 0) +
-                      (l.count * sizeof(T) + 15) / 16 * 16;
+  const size_t smem = collective_smem_bytes(l);
   TESSERA_CUDA_CHECK(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   if (l.cluster_size > 8)
@@ -99,8 +108,16 @@ void launch_typed(const CollectiveLaunch& l, cudaStream_t stream) {
 
 template <typename T, CollectiveOp kOp>
 void launch_path(const CollectiveLaunch& l, cudaStream_t s) {
-  if (l.path == CollectivePath::kDsmem) launch_typed<T, kOp, CollectivePath::kDsmem>(l, s);
-  else launch_typed<T, kOp, CollectivePath::kGlobal>(l, s);
+  switch (l.path) {
+    case CollectivePath::kDsmem:
+      return launch_typed<T, kOp, CollectivePath::kDsmem>(l, s);
+    case CollectivePath::kGlobal:
+      return launch_typed<T, kOp, CollectivePath::kGlobal>(l, s);
+    case CollectivePath::kDsmemPush:
+      if constexpr (kOp != CollectiveOp::kGather)
+        return launch_typed<T, kOp, CollectivePath::kDsmemPush>(l, s);
+      return;  // refused by collective_unlaunchable_reason
+  }
 }
 
 template <typename T>
@@ -123,6 +140,20 @@ size_t collective_buffer_bytes(const CollectiveLaunch& l) {
   return (elems * collective_element_bytes(l.element) + 15) / 16 * 16;
 }
 
+size_t collective_smem_bytes(const CollectiveLaunch& l) {
+  const size_t buffer = collective_buffer_bytes(l);
+  const size_t input = (l.count * collective_element_bytes(l.element) + 15) / 16 * 16;
+  switch (l.path) {
+    case CollectivePath::kDsmem:
+      return input + buffer;
+    case CollectivePath::kGlobal:
+      return input;
+    case CollectivePath::kDsmemPush:
+      return input + buffer + push_reduce_bytes(buffer, l.cluster_size);
+  }
+  return input + buffer;
+}
+
 size_t collective_scratch_bytes(const CollectiveLaunch& l) {
   return l.path == CollectivePath::kGlobal
              ? collective_buffer_bytes(l) * l.cluster_size * l.num_clusters
@@ -137,8 +168,9 @@ std::string collective_unlaunchable_reason(const CollectiveLaunch& l) {
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   TESSERA_CUDA_CHECK(
       cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  const size_t smem = (l.path == CollectivePath::kDsmem ? collective_buffer_bytes(l) : 0) +
-                      (l.count * collective_element_bytes(l.element) + 15) / 16 * 16;
+  if (l.path == CollectivePath::kDsmemPush && l.op == CollectiveOp::kGather)
+    return "op = gather on the push path: expected a reduce (the push form reduces only)";
+  const size_t smem = collective_smem_bytes(l);
   if (smem > size_t(max_smem))
     return str("the collective needs ", smem, " bytes of shared memory per CTA; the device has ",
                max_smem);

@@ -16,7 +16,8 @@
 namespace tessera::cluster {
 
 enum class CollectiveOp { kReduceSum, kReduceMax, kGather };
-enum class CollectivePath { kDsmem, kGlobal };
+// kDsmemPush: PushReducer (reduce only).
+enum class CollectivePath { kDsmem, kGlobal, kDsmemPush };
 enum class CollectiveElement { kF32, kBF16, kF16 };
 
 struct CollectiveLaunch {
@@ -36,6 +37,8 @@ size_t collective_element_bytes(CollectiveElement element);
 // Bytes of the buffer each CTA reduces or gathers into.
 size_t collective_buffer_bytes(const CollectiveLaunch& launch);
 size_t collective_scratch_bytes(const CollectiveLaunch& launch);
+// Dynamic shared memory of one CTA of the launch.
+size_t collective_smem_bytes(const CollectiveLaunch& launch);
 // Empty if the device can run the launch, else why not (cluster size, shared memory).
 std::string collective_unlaunchable_reason(const CollectiveLaunch& launch);
 // Throws tessera::Error (kUnsupported with the reason, or kCuda).

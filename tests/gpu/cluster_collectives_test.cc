@@ -1,8 +1,9 @@
-// GPU tests of the cluster collectives (kernels/cluster/cluster_collectives.cuh) over DSMEM and
-// over global memory: ClusterReduce (sum, max; f32, bf16, f16 with f32 accumulation) and
-// ClusterGather must equal, bit for bit, a host computation in the same order (ranks 0..N-1,
-// f32, one rounding at the end), on every CTA of every cluster, for cluster sizes 1, 2, 3, 4,
-// 8 and 16 and messages of 4 bytes to 64 KB; the same inputs give the same bits every run.
+// GPU tests of the cluster collectives (kernels/cluster/cluster_collectives.cuh) over DSMEM (with
+// cluster barriers, and the push form up to 4 KB) and over global memory: ClusterReduce (sum, max;
+// f32, bf16, f16 with f32 accumulation) and ClusterGather must equal, bit for bit, a host
+// computation in the same order (ranks 0..N-1, f32, one rounding at the end), on every CTA of every
+// cluster, for cluster sizes 1, 2, 3, 4, 8 and 16 and messages of 4 bytes to 64 KB; the same inputs
+// give the same bits every run.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -101,6 +102,19 @@ TEST_F(ClusterCollectivesGpu, ReduceIsExactForEverySizeAndMessage) {
       }
 }
 
+// The push form: the same bits as the barrier form's order, once and 50 times in a row on one
+// buffer (its two receive areas alternate; a call must not overwrite a slot a peer still reads).
+TEST_F(ClusterCollectivesGpu, PushReduceIsExactForEverySizeAndRepeated) {
+  for (int n : kSizes)
+    for (int bytes : {4, 64, 1000, 1024, 4096})
+      for (auto e : {CollectiveElement::kF32, CollectiveElement::kBF16, CollectiveElement::kF16}) {
+        const int count = std::max<int>(1, bytes / int(collective_element_bytes(e)));
+        check(CollectiveOp::kReduceSum, CollectivePath::kDsmemPush, e, n, count);
+        check(CollectiveOp::kReduceMax, CollectivePath::kDsmemPush, e, n, count);
+        check(CollectiveOp::kReduceSum, CollectivePath::kDsmemPush, e, n, count, 50);
+      }
+}
+
 TEST_F(ClusterCollectivesGpu, GatherIsExactForEverySizeAndMessage) {
   for (int n : kSizes)
     for (int bytes : {4, 64, 1000, 4096, 65536}) {
@@ -129,6 +143,11 @@ TEST_F(ClusterCollectivesGpu, OversizedMessageIsRefused) {
   EXPECT_NE(collective_unlaunchable_reason(l).find("shared memory"), std::string::npos);
   l.cluster_size = 17;
   EXPECT_NE(collective_unlaunchable_reason(l).find("expected 1 to 16"), std::string::npos);
+  l.cluster_size = 4;
+  l.count = 16;
+  l.path = CollectivePath::kDsmemPush;
+  EXPECT_NE(collective_unlaunchable_reason(l).find("the push form reduces only"),
+            std::string::npos);
 }
 
 }  // namespace

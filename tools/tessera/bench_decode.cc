@@ -312,8 +312,8 @@ int run_bench_cluster(const std::vector<std::string>& args, int, char**) {
   const std::string gpu = first_gpu_name();
   const int iters = int(opt.integer("iters"));
   std::vector<BenchRecord> records;
-  std::printf("# %-8s %-8s %8s %12s %12s %8s   (us per collective, f32)\n", "op", "cluster",
-              "bytes", "dsmem_us", "global_us", "speedup");
+  std::printf("# %-8s %-8s %8s %12s %12s %8s %12s   (us per collective, f32)\n", "op", "cluster",
+              "bytes", "dsmem_us", "global_us", "speedup", "push_us");
   for (const std::string& size_text : opt.list("sizes"))
     for (const std::string& bytes_text : opt.list("bytes"))
       for (CollectiveOp op : {CollectiveOp::kReduceSum, CollectiveOp::kGather}) {
@@ -321,8 +321,11 @@ int run_bench_cluster(const std::vector<std::string>& args, int, char**) {
         const size_t bytes = parse_bytes(bytes_text, "--bytes");
         // Reduce: every CTA holds `bytes`; gather: the gathered message is `bytes`.
         const int count = int(std::max<size_t>(1, op == CollectiveOp::kGather ? bytes / 4 / n : bytes / 4));
-        double per_op[2] = {0, 0};
-        for (CollectivePath path : {CollectivePath::kDsmem, CollectivePath::kGlobal}) {
+        double per_op[3] = {0, 0, 0};  // dsmem, global, dsmem push (reduce up to 4 KB)
+        for (CollectivePath path :
+             {CollectivePath::kDsmem, CollectivePath::kGlobal, CollectivePath::kDsmemPush}) {
+          if (path == CollectivePath::kDsmemPush && (op == CollectiveOp::kGather || bytes > 4096))
+            continue;
           CollectiveLaunch l{op, path, CollectiveElement::kF32, n, count, 1, 0};
           if (!collective_unlaunchable_reason(l).empty()) continue;
           Tensor in = Tensor::empty({int64_t(count) * n}, DType::kF32, Device::cuda(0));
@@ -334,16 +337,17 @@ int run_bench_cluster(const std::vector<std::string>& args, int, char**) {
           l.global_scratch = scratch.data();
           const double base = median_us(s, 3, 21, [&] { l.iters = 0; launch_collective(l, s); });
           const double full = median_us(s, 3, 21, [&] { l.iters = iters; launch_collective(l, s); });
-          per_op[path == CollectivePath::kGlobal] = (full - base) / iters;
+          per_op[int(path)] = (full - base) / iters;
         }
         const char* op_name = op == CollectiveOp::kGather ? "gather" : "reduce";
-        std::printf("  %-8s %-8d %8zu %12.3f %12.3f %8.2f\n", op_name, n, bytes, per_op[0],
-                    per_op[1], per_op[1] / per_op[0]);
-        for (int g = 0; g < 2; ++g) {
+        std::printf("  %-8s %-8d %8zu %12.3f %12.3f %8.2f %12.3f\n", op_name, n, bytes, per_op[0],
+                    per_op[1], per_op[1] / per_op[0], per_op[2]);
+        for (int g = 0; g < 3; ++g) {
+          if (per_op[g] == 0) continue;
           BenchRecord rec;
           rec.bench = "cluster";
           rec.case_name = str(op_name, " c", n, " ", bytes, "B");
-          rec.impl = g ? "global" : "dsmem";
+          rec.impl = g == 0 ? "dsmem" : (g == 1 ? "global" : "dsmem push");
           rec.gpu = gpu;
           rec.num_gpus = 1;
           rec.topology = "1x1";
