@@ -236,6 +236,8 @@ class PushReducer {
   }
 
   // buf[count] = op over the cluster's ranks, on every rank; count * sizeof(T) <= max_bytes.
+  // buf must be complete in this CTA when the call starts (written, then a block barrier: every
+  // thread sends parts of it); the result is complete in this CTA when the call returns.
   template <typename T, typename Op>
   __device__ void all_reduce(T* buf, int count, Op op) {
     constexpr int V = kVec<T>;
@@ -244,7 +246,6 @@ class PushReducer {
     const int area = int(calls_ & 1u);
     const uint32_t parity = (calls_ >> 1) & 1u;
     ++calls_;
-    __syncthreads();  // every thread's part of buf is in place
     if (n == 1) return;
     const uint32_t bar = smem_address(bars_ + area);
     if (threadIdx.x == 0) {
@@ -252,20 +253,18 @@ class PushReducer {
                    "r"(uint32_t(n - 1) * uint32_t(vectors) * 16u)
                    : "memory");
     }
-    // This rank's slot in area `area`, as every peer holds it.
-    const uint32_t my_slot = smem_address(slot(area, rank));
-    for (unsigned q = 1; q < n; ++q) {
-      const unsigned peer = (rank + q) % n;  // spread the stores over the peers
-      const uint32_t remote_slot = map_to_rank(my_slot, peer);
-      const uint32_t remote_bar = map_to_rank(bar, peer);
-      for (int j = int(threadIdx.x); j < vectors; j += int(blockDim.x)) {
-        const uint4 v = reinterpret_cast<const uint4*>(buf)[j];
-        asm volatile(
-            "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
-            "[%5];" ::"r"(remote_slot + uint32_t(j) * 16u),
-            "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(remote_bar)
-            : "memory");
-      }
+    // Every (peer, vector) pair is one 16-byte store, spread over all threads; peers in the
+    // order rank + 1, rank + 2, ... so the CTAs of a cluster start on different peers.
+    const uint32_t my_slot = smem_address(slot(area, rank));  // as every peer holds it
+    for (int w = int(threadIdx.x); w < int(n - 1) * vectors; w += int(blockDim.x)) {
+      const unsigned peer = (rank + 1 + unsigned(w / vectors)) % n;
+      const int j = w % vectors;
+      const uint4 v = reinterpret_cast<const uint4*>(buf)[j];
+      asm volatile(
+          "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, "
+          "[%5];" ::"r"(map_to_rank(my_slot, peer) + uint32_t(j) * 16u),
+          "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(map_to_rank(bar, peer))
+          : "memory");
     }
     wait_parity(bar, parity);
     for (int j = int(threadIdx.x); j < vectors; j += int(blockDim.x)) {
