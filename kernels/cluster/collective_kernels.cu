@@ -114,9 +114,10 @@ void launch_path(const CollectiveLaunch& l, cudaStream_t s) {
     case CollectivePath::kGlobal:
       return launch_typed<T, kOp, CollectivePath::kGlobal>(l, s);
     case CollectivePath::kDsmemPush:
+      // Gather has no push form (refused by collective_unlaunchable_reason).
       if constexpr (kOp != CollectiveOp::kGather)
-        return launch_typed<T, kOp, CollectivePath::kDsmemPush>(l, s);
-      return;  // refused by collective_unlaunchable_reason
+        launch_typed<T, kOp, CollectivePath::kDsmemPush>(l, s);
+      return;
   }
 }
 
