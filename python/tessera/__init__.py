@@ -40,6 +40,7 @@ from ._errors import (
     ERROR_CLASSES as _ERROR_CLASSES,
 )
 from ._frameworks import default_stream as _default_stream
+from ._frameworks import _framework
 from ._frameworks import exported as _exported
 from ._frameworks import like_input as _like_input
 from ._frameworks import new_array as _new_array
@@ -93,7 +94,7 @@ _TESSERA_DTYPE_CODES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 def _fp8_bits(x):
     """torch's float8_e4m3fn tensors as their uint8 bit patterns (what every DLPack consumer
     reads); anything else unchanged."""
-    if type(x).__module__.split(".")[0] == "torch" and str(x.dtype) == "torch.float8_e4m3fn":
+    if _framework(x) == "torch" and str(x.dtype) == "torch.float8_e4m3fn":
         return x.view(sys.modules["torch"].uint8)
     return x
 
@@ -101,7 +102,7 @@ def _fp8_bits(x):
 def attention_fp8(q, k, v, descale_q, descale_k, descale_v, *, out=None, out_dtype="bfloat16",
                   stream=None, return_lse=False, **kwargs):
     q, k, v = _fp8_bits(q), _fp8_bits(k), _fp8_bits(v)
-    if out is None and type(q).__module__.split(".")[0] == "torch":
+    if out is None and _framework(q) == "torch":
         torch = sys.modules["torch"]
         out = torch.empty(tuple(q.shape), dtype=getattr(torch, out_dtype), device=q.device)
     elif out is None:

@@ -1,8 +1,6 @@
 #include "tessera/comm/agreement.h"
 
-#include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
-#include "tessera/runtime/memory.h"
 
 namespace tessera {
 
@@ -25,19 +23,12 @@ std::vector<uint64_t> all_gather_words(RankContext& ctx, std::span<const uint64_
     ctx.bootstrap->allgather(words.data(), all.data(), words.size_bytes());
     return all;
   }
-  TESSERA_CHECK_ARG(ctx.world != nullptr, "context of rank ", ctx.rank,
-                    " has neither a bootstrap nor a world communicator");
-  // The communicator moves device memory on cuda: stage through a buffer on the context's device.
-  Buffer scratch = Buffer::allocate(sizeof(uint64_t) * size_t(count * (p + 1)), ctx.device);
-  auto* send = static_cast<uint64_t*>(scratch.data());
-  uint64_t* recv = send + count;
-  const Stream& s = ctx.stream;
-  copy_bytes(send, words.data(), words.size_bytes(), s);
-  ctx.world->all_gather(TensorView(send, DType::kU64, ctx.device, {count}),
-                        TensorView(recv, DType::kU64, ctx.device, {count * p}), s);
-  ctx.world->synchronize(s);
-  copy_bytes(all.data(), recv, all.size() * sizeof(uint64_t), s);
-  s.synchronize();
+  TESSERA_CHECK_ARG(ctx.world != nullptr && !ctx.device.is_cuda(), "context of rank ", ctx.rank,
+                    ": expected a bootstrap (cuda ranks) or a world communicator of cpu ranks");
+  // The cpu communicator reads the send view only.
+  ctx.world->all_gather(
+      TensorView(const_cast<uint64_t*>(words.data()), DType::kU64, ctx.device, {count}),
+      TensorView(all.data(), DType::kU64, ctx.device, {count * p}), ctx.stream);
   return all;
 }
 

@@ -3,6 +3,8 @@
 // reference of every rank's output with an error bound per element.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -63,6 +65,25 @@ class TpProblem {
     double value;
     double bound;
   };
+  // Elements of rank `rank`'s output `got` (out_dtype, rank_shapes' out) outside expected()'s
+  // bound; the first `budget` are reported as test failures.
+  int check_output(const std::vector<std::byte>& got, int rank, int sum_roundings,
+                   int budget) const {
+    const tp::RankShapes s = tp::rank_shapes(r_, rank);
+    int failures = 0;
+    for (int64_t i = 0; i < s.out_rows; ++i) {
+      for (int64_t j = 0; j < s.out_cols; ++j) {
+        const double v = load_as_float(got.data(), r_.out_dtype, i * s.out_cols + j);
+        const Expected want = expected(rank, i, j, sum_roundings);
+        if (std::fabs(v - want.value) <= want.bound) continue;
+        if (failures++ < budget)
+          ADD_FAILURE() << "rank " << rank << " out[" << i << ", " << j << "] = " << v
+                        << ", expected " << want.value << " within " << want.bound;
+      }
+    }
+    return failures;
+  }
+
   Expected expected(int rank, int64_t i, int64_t j, int sum_roundings = 1) const {
     const tp::RankShapes s = tp::rank_shapes(r_, rank);
     int64_t row = i, col = j;

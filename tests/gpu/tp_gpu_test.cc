@@ -155,26 +155,6 @@ void expect_phases(tp::TpOperation& op, const TpProblem& problem, RankContext& c
   EXPECT_TRUE(op.phases().empty()) << "phases reported with the clock off";
 }
 
-// Counts (and reports up to `budget`) the elements of `got` outside the reference bound.
-int check_output(const std::vector<std::byte>& got, const TpProblem& problem, const tp::TpOperation& op,
-                 int rank, int rounding_steps, int budget) {
-  const tp::TpRequest& r = op.plan().request;
-  const tp::RankShapes s = op.shapes();
-  int failures = 0;
-  for (int64_t i = 0; i < s.out_rows; ++i) {
-    for (int64_t j = 0; j < s.out_cols; ++j) {
-      const double v = load_as_float(got.data(), r.out_dtype, i * s.out_cols + j);
-      const auto want = problem.expected(rank, i, j, rounding_steps);
-      if (std::fabs(v - want.value) <= want.bound) continue;
-      if (failures++ < budget) {
-        ADD_FAILURE() << "rank " << rank << " out[" << i << ", " << j << "] = " << v
-                      << ", expected " << want.value << " within " << want.bound;
-      }
-    }
-  }
-  return failures;
-}
-
 TEST(TpGpuWorker, UnfusedPairsMatchTheReference) {
   if (!launched_as_worker()) GTEST_SKIP() << "runs inside the workers started by TpGpu.*";
   auto ctx = worker_context(size_t(64) << 20);
@@ -201,7 +181,7 @@ TEST(TpGpuWorker, UnfusedPairsMatchTheReference) {
       const TpProblem problem(r, 13);
       const std::vector<std::byte> got = run_on_gpu(operation, problem, *ctx);
       // NCCL sums partials in the output dtype in its own order: one rounding per rank.
-      failures += check_output(got, problem, operation, ctx->rank, p + 1, 5 - std::min(failures, 5));
+      failures += problem.check_output(got, ctx->rank, p + 1, 5 - std::min(failures, 5));
     }
   }
   end_worker(*ctx);
@@ -238,7 +218,7 @@ TEST(TpGpuWorker, FusedAllGatherGemmMatchesTheReference) {
     tp::TpOperation operation(*ctx, plan);
     const TpProblem problem(r, 29);
     const std::vector<std::byte> first = run_on_gpu(operation, problem, *ctx);
-    failures += check_output(first, problem, operation, ctx->rank, 1, 5 - std::min(failures, 5));
+    failures += problem.check_output(first, ctx->rank, 1, 5 - std::min(failures, 5));
     for (int call = 1; call < 3; ++call) {
       EXPECT_TRUE(run_on_gpu(operation, problem, *ctx) == first)
           << "rank " << ctx->rank << ": call " << call << " differs from call 0";
@@ -300,8 +280,7 @@ void check_owner_operation(RankContext& ctx, tp::TpOp op, int64_t n, int64_t k, 
     tp::TpOperation operation(ctx, plan);
     const TpProblem problem(r, seed);
     const std::vector<std::byte> first = run_on_gpu(operation, problem, ctx);
-    failures += check_output(first, problem, operation, ctx.rank, rounding_steps,
-                             5 - std::min(failures, 5));
+    failures += problem.check_output(first, ctx.rank, rounding_steps, 5 - std::min(failures, 5));
     for (int call = 1; call < 3; ++call) {
       EXPECT_TRUE(run_on_gpu(operation, problem, ctx) == first)
           << "rank " << ctx.rank << ": call " << call << " differs from call 0";
@@ -395,8 +374,8 @@ TEST(TpGpuWorker, FusedOperationsBackToBackWithSkewedRanks) {
     ctx->world->synchronize(ctx->stream);
     for (int c = 0; c < int(calls.size()); ++c) {
       SCOPED_TRACE(str("call ", c));
-      failures += check_output(download_output(calls[size_t(c)]), *calls[size_t(c)].problem,
-                               operation, ctx->rank, rs ? p + 1 : 1, 5 - std::min(failures, 5));
+      failures += calls[size_t(c)].problem->check_output(
+          download_output(calls[size_t(c)]), ctx->rank, rs ? p + 1 : 1, 5 - std::min(failures, 5));
     }
   }
   ctx->heap->check_errors();

@@ -16,7 +16,6 @@
 namespace tessera {
 
 struct LoopbackRanks::Impl {
-  int size = 0;
   std::shared_ptr<cpu::FailureState> failure;
   std::vector<std::unique_ptr<RankContext>> contexts;
 };
@@ -53,7 +52,6 @@ LoopbackRanks::LoopbackRanks(int world_size, Device gpu, ContextOptions options)
     options.rank_sms = world_size == 1 ? sms : std::max(1, sms / world_size - 1);
   }
   Impl& im = *impl_;
-  im.size = world_size;
   im.failure = std::make_shared<cpu::FailureState>(world_size);
   std::vector<int> ranks(static_cast<size_t>(world_size));
   std::iota(ranks.begin(), ranks.end(), 0);
@@ -90,19 +88,19 @@ LoopbackRanks::~LoopbackRanks() {
 }
 
 int LoopbackRanks::size() const {
-  return impl_->size;
+  return int(impl_->contexts.size());
 }
 
 RankContext& LoopbackRanks::context(int rank) {
-  TESSERA_CHECK_ARG(rank >= 0 && rank < impl_->size, "LoopbackRanks::context(rank = ", rank,
-                    "): expected 0 to ", impl_->size - 1);
+  TESSERA_CHECK_ARG(rank >= 0 && rank < size(), "LoopbackRanks::context(rank = ", rank,
+                    "): expected 0 to ", size() - 1);
   return *impl_->contexts[size_t(rank)];
 }
 
 void LoopbackRanks::run_each(const std::function<void(RankContext&)>& body) {
   Impl& im = *impl_;
   const int device = im.contexts.front()->device.index;
-  cpu::run_rank_threads(im.size, im.failure, [&](int r) {
+  cpu::run_rank_threads(size(), im.failure, [&](int r) {
     TESSERA_CUDA_CHECK(cudaSetDevice(device));
     body(*im.contexts[size_t(r)]);
   });

@@ -49,6 +49,8 @@ struct TpLoopback::Impl {
   Device gpu;
   std::optional<LoopbackRanks> ranks;
   std::vector<std::unique_ptr<TpOperation>> ops;  // one per rank, dropped before the ranks
+  Event start;              // run(): the ranks start after the caller's stream's prior work
+  std::vector<Event> done;  // run(): per rank, the caller's stream waits for it
   // ag_gemm: rank r's kernel on the whole GPU for run_hooked_gemm, made on first use.
   std::vector<std::optional<detail::AgGemmKernel>> hooked;
   Buffer arrived;  // every arrival word 1
@@ -78,6 +80,9 @@ TpLoopback::TpLoopback(const TpPlan& plan, Device gpu) : impl_(std::make_unique<
   im.ranks->run_each([&](RankContext& ctx) {
     im.ops[size_t(ctx.rank)] = std::make_unique<TpOperation>(ctx, im.plan);
   });
+  im.start = Event::create(im.ranks->context(0).stream);
+  for (int rank = 0; rank < r.world_size; ++rank)
+    im.done.push_back(Event::create(im.ranks->context(rank).stream));
   if (r.op == TpOp::kAllGatherGemm) {
     im.config = detail::AgGemmKernel(im.plan, 0, gpu, rank_sms()).config_name();
     im.hooked.resize(size_t(r.world_size));
@@ -145,18 +150,13 @@ void TpLoopback::run(std::span<const TensorView> a, std::span<const TensorView> 
       biasv.emplace_back();
     }
   }
-  Event start = Event::create(stream);
-  start.record(stream);
+  im.start.record(stream);
   for (size_t rank = 0; rank < p; ++rank) {
     const Stream& own = im.ranks->context(int(rank)).stream;
-    start.wait_on(own);
+    im.start.wait_on(own);
     im.ops[rank]->run(av[rank], bv[rank], biasv[rank], outv[rank], own);
-  }
-  for (size_t rank = 0; rank < p; ++rank) {
-    const Stream& own = im.ranks->context(int(rank)).stream;
-    Event done = Event::create(own);
-    done.record(own);
-    done.wait_on(stream);
+    im.done[rank].record(own);
+    im.done[rank].wait_on(stream);
   }
 }
 
