@@ -188,7 +188,9 @@ TEST(AttnFp8, AgainstBf16ReferenceWithinTheE4m3Bound) {
         EXPECT_GT(err, omax / 512 * 0.5) << "d " << d << " head " << h;
         // The small V head (0.001 next to 50): per-head scales keep it accurate, a per-tensor
         // scale sends it to e4m3's subnormals.
-        if (vmag[size_t(g)] < 1) EXPECT_LT(err * 2, err_tensor) << "d " << d << " head " << h;
+        if (vmag[size_t(g)] < 1) {
+          EXPECT_LT(err * 2, err_tensor) << "d " << d << " head " << h;
+        }
       }
     }
   }

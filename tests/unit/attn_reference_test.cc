@@ -306,8 +306,9 @@ TEST(AttnReference, FinalOutputEqualsAccumulateThenFinalize) {
           for (int64_t b = 0; b < B; ++b)
             for (int64_t h = 0; h < Hq; ++h)
               for (int64_t i = 0; i < Lq; ++i)
-                if (at3(sl[1].view(), b, h, i) == -kInf)
+                if (at3(sl[1].view(), b, h, i) == -kInf) {
                   for (int64_t d = 0; d < D; ++d) ASSERT_EQ(at4(final_o, b, i, h, d), 0.0f);
+                }
         }
       }
     }
