@@ -114,12 +114,9 @@ constexpr auto vt_smem_layout() {
 // kPingPong_: the consumer warp groups take turns issuing their GEMMs (FlashAttention-3's
 // warp-group ping-pong), so one group's softmax runs while the other's GEMMs hold the tensor
 // cores instead of both softmaxes contending for the exponential unit at once.
-// kPolyExp2Eighths_: of every eight column groups of S, this many take their exponentials from
-// poly_exp2 (FMA and integer pipes) instead of the exponential unit, which does one a lane every
-// eight clocks a scheduler and bounds the softmax when the GEMMs are fast (FP8).
 template <class Element_, int kHeadDim_, int kBlockN_ = 128, int kStages_ = 2,
           int kNumMmaWarpGroups_ = 2, bool kFreshQDescriptors_ = (kHeadDim_ >= 128),
-          bool kPingPong_ = false, int kPolyExp2Eighths_ = 0>
+          bool kPingPong_ = false>
 struct AttentionTraits {
   using Element = Element_;
   static constexpr bool kFp8 = kIsFp8<Element_>;
@@ -132,7 +129,6 @@ struct AttentionTraits {
   static constexpr int kStages = kStages_;
   static constexpr bool kFreshQDescriptors = kFreshQDescriptors_;
   static constexpr bool kPingPong = kPingPong_;
-  static constexpr int kPolyExp2Eighths = kPolyExp2Eighths_;
   static constexpr int kNumThreads = 128 * (1 + kNumMmaWarpGroups);
   static constexpr int kNumConsumerThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumConsumerWarps = 4 * kNumMmaWarpGroups;
@@ -153,7 +149,6 @@ struct AttentionTraits {
   static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
                 "kBlockN: WGMMA N and K steps");
   static_assert(kStages >= 2, "at least double buffering");
-  static_assert(kPolyExp2Eighths >= 0 && kPolyExp2Eighths <= 8, "eighths of the column groups");
   static_assert(kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3, "2 or 3 consumer warp groups");
   static_assert(128 * kProducerRegisters + kNumConsumerThreads * kConsumerRegisters <= 65536,
                 "register file");
@@ -357,20 +352,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
-}
-
-// 2^x for the softmax's x <= 0 without the exponential unit: x = j + f, j the nearest integer
-// (rounded by adding 1.5 * 2^23), 2^f on [-0.5, 0.5] by a cubic fitted for the least maximum
-// relative error (1.0e-4), and j added to the exponent field. x is clamped at -127, where
-// 2^f = 1 exactly and the exponent field becomes 0: masked scores (-inf) give exactly 0.
-__device__ __forceinline__ float poly_exp2(float x) {
-  x = fmaxf(x, -127.0f);
-  const float shifted = __fadd_rn(x, 12582912.0f);  // j in the low mantissa bits
-  const float f = __fsub_rn(x, __fsub_rn(shifted, 12582912.0f));
-  float p = fmaf(0.05500869f, f, 0.24221063f);
-  p = fmaf(p, f, 0.69328290f);
-  p = fmaf(p, f, 1.0f);
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(shifted) << 23));
 }
 
 // Ping-pong turns between consumer warp groups: group g waits on named barrier kTurnBarrier + g
@@ -672,8 +653,7 @@ struct AttentionKernel {
         CUTE_UNROLL
         for (int r = 0; r < 2; ++r) {
           float& x = s(make_coord(c, r, v), 0, 0);
-          const float arg = fmaf(x, scale_log2, -use_max[r]);
-          x = v % 8 < Traits::kPolyExp2Eighths ? poly_exp2(arg) : fast_exp2(arg);
+          x = fast_exp2(fmaf(x, scale_log2, -use_max[r]));
           part[r][(2 * v + c) % kChains] += x;
         }
       }

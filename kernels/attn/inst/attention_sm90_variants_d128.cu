@@ -17,13 +17,6 @@ const bool kRegistered = register_attention_kernel(
 using PingPong = sm90::AttentionTraits<cutlass::bfloat16_t, 128, 176, 2, 2, true, true>;
 const bool kCand = register_attention_kernel(ElementType::kBF16, 128,
                                              &sm90::launch_attention<PingPong>, "pingpong");
-// "polyN": N of every 8 column groups' exponentials from poly_exp2 (FMA pipe).
-using Poly1 = sm90::AttentionTraits<cutlass::bfloat16_t, 128, 176, 2, 2, true, false, 1>;
-const bool kPoly1 =
-    register_attention_kernel(ElementType::kBF16, 128, &sm90::launch_attention<Poly1>, "poly1");
-using Poly2 = sm90::AttentionTraits<cutlass::bfloat16_t, 128, 176, 2, 2, true, false, 2>;
-const bool kPoly2 =
-    register_attention_kernel(ElementType::kBF16, 128, &sm90::launch_attention<Poly2>, "poly2");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif

@@ -15,16 +15,6 @@ using PingPong = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, false
 const bool kCand =
     register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<PingPong>,
                               "pingpong");
-// "polyN": N of every 8 column groups' exponentials from poly_exp2 (FMA pipe).
-using Poly1 = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, false, false, 1>;
-const bool kPoly1 =
-    register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<Poly1>, "poly1");
-using Poly2 = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, false, false, 2>;
-const bool kPoly2 =
-    register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<Poly2>, "poly2");
-using Poly3 = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, false, false, 3>;
-const bool kPoly3 =
-    register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<Poly3>, "poly3");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif

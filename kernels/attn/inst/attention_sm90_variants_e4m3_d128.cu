@@ -23,17 +23,6 @@ const bool kHoisted = register_attention_kernel(ElementType::kE4M3, 128,
 using ThreeGroups = sm90::AttentionTraits<E4m3, 128, 128, 2, 3>;
 const bool kThreeGroups = register_attention_kernel(ElementType::kE4M3, 128,
                                                     &sm90::launch_attention<ThreeGroups>, "wg3");
-// "polyN": N of every 8 column groups' exponentials from poly_exp2 (FMA pipe), the rest from
-// the exponential unit.
-using Poly1 = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, true, false, 1>;
-const bool kPoly1 =
-    register_attention_kernel(ElementType::kE4M3, 128, &sm90::launch_attention<Poly1>, "poly1");
-using Poly2 = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, true, false, 2>;
-const bool kPoly2 =
-    register_attention_kernel(ElementType::kE4M3, 128, &sm90::launch_attention<Poly2>, "poly2");
-using Poly3 = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, true, false, 3>;
-const bool kPoly3 =
-    register_attention_kernel(ElementType::kE4M3, 128, &sm90::launch_attention<Poly3>, "poly3");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif
