@@ -784,27 +784,36 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
 // probabilities but from scores the FP8 tensor cores accumulate with fewer mantissa bits than
 // float32 (about 14, DeepSeek-V3's report, 3.3.2): 5e-4 relative seen, 2e-3 allowed. Odd
 // lengths (V's copy padded past its end), several KV blocks, GQA 2:1, causal bottom-right, B 2;
-// D 128 and 256; then a second call bitwise like the first.
+// D 128 and 256; a key 64 times the others' size in the sixth block (every row's maximum jumps
+// far past the running one there: a speculative softmax must redo that block exactly); then a
+// second call bitwise like the first.
 TEST_F(AttnGpu, Fp8ForwardMatchesTheFp8Reference) {
   struct Fp8Case {
     int64_t b, lq, lkv, hq, hkv;
     bool causal;
     int64_t d;
+    int64_t outlier_key = -1;
   };
   for (const Fp8Case& c :
        {Fp8Case{2, 200, 333, 4, 2, false, 128}, Fp8Case{1, 130, 1000, 2, 2, true, 128},
         Fp8Case{1, 1, 1, 1, 1, false, 128}, Fp8Case{2, 257, 129, 2, 1, true, 128},
-        Fp8Case{1, 190, 300, 2, 1, false, 256}, Fp8Case{1, 300, 300, 2, 2, true, 256}}) {
+        Fp8Case{1, 190, 300, 2, 1, false, 256}, Fp8Case{1, 300, 300, 2, 2, true, 256},
+        Fp8Case{1, 150, 900, 2, 1, false, 128, 700}}) {
     const int64_t D = c.d;
     const std::string what = str("D", D, " B", c.b, " Lq", c.lq, " Lkv", c.lkv, " H", c.hq, ":",
-                                 c.hkv, c.causal ? " causal" : "");
-    // bf16 inputs, head h scaled by 4^h (per-head scales matter), then quantized per head.
-    auto quantized = [&](int64_t len, int64_t heads, uint32_t seed, std::vector<float>& descales) {
+                                 c.hkv, c.causal ? " causal" : "",
+                                 c.outlier_key >= 0 ? str(" outlier key ", c.outlier_key) : "");
+    // bf16 inputs, head h scaled by 4^h (per-head scales matter), then quantized per head; the
+    // keys' outlier row (if any) 64 times larger.
+    auto quantized = [&](int64_t len, int64_t heads, uint32_t seed, std::vector<float>& descales,
+                         int64_t outlier_row = -1) {
       Mirrored x = random({c.b, len, heads, D}, DType::kBF16, seed);
       for (int64_t i = 0; i < x.host.view().numel(); ++i) {
-        const int64_t h = (i / D) % heads;
-        store_from_float(x.host.data(), DType::kBF16, i,
-                         load_as_float(x.host.data(), DType::kBF16, i) * float(1 << (2 * h)));
+        const int64_t h = (i / D) % heads, row = (i / (D * heads)) % len;
+        const float outlier = row == outlier_row ? 64.0f : 1.0f;
+        store_from_float(
+            x.host.data(), DType::kBF16, i,
+            load_as_float(x.host.data(), DType::kBF16, i) * float(1 << (2 * h)) * outlier);
       }
       descales = fp8_head_descales(x.h());
       Mirrored x8{Tensor::empty({c.b, len, heads, D}, DType::kFP8E4M3, Device::cpu()),
@@ -821,7 +830,8 @@ TEST_F(AttnGpu, Fp8ForwardMatchesTheFp8Reference) {
       return m;
     };
     std::vector<float> dq, dk, dv;
-    Mirrored q8 = quantized(c.lq, c.hq, 901, dq), k8 = quantized(c.lkv, c.hkv, 902, dk),
+    Mirrored q8 = quantized(c.lq, c.hq, 901, dq),
+             k8 = quantized(c.lkv, c.hkv, 902, dk, c.outlier_key),
              v8 = quantized(c.lkv, c.hkv, 903, dv);
     Mirrored dq_t = on_device(dq), dk_t = on_device(dk), dv_t = on_device(dv);
     const MaskSpec mask = c.causal ? MaskSpec::causal_at(c.lkv - c.lq, 0) : MaskSpec::none();
