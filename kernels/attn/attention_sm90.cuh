@@ -114,12 +114,9 @@ constexpr auto vt_smem_layout() {
 // kPingPong_: the consumer warp groups take turns issuing their GEMMs (FlashAttention-3's
 // warp-group ping-pong), so one group's softmax runs while the other's GEMMs hold the tensor
 // cores instead of both softmaxes contending for the exponential unit at once.
-// kSpeculativeMax_ (FP8): a block's exponentials are taken against the running maximum of the
-// blocks before it while the block's own maximum is found beside them, instead of after it
-// (softmax_speculative); see there.
 template <class Element_, int kHeadDim_, int kBlockN_ = 128, int kStages_ = 2,
           int kNumMmaWarpGroups_ = 2, bool kFreshQDescriptors_ = (kHeadDim_ >= 128),
-          bool kPingPong_ = false, bool kSpeculativeMax_ = false>
+          bool kPingPong_ = false>
 struct AttentionTraits {
   using Element = Element_;
   static constexpr bool kFp8 = kIsFp8<Element_>;
@@ -132,7 +129,6 @@ struct AttentionTraits {
   static constexpr int kStages = kStages_;
   static constexpr bool kFreshQDescriptors = kFreshQDescriptors_;
   static constexpr bool kPingPong = kPingPong_;
-  static constexpr bool kSpeculativeMax = kSpeculativeMax_;
   static constexpr int kNumThreads = 128 * (1 + kNumMmaWarpGroups);
   static constexpr int kNumConsumerThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumConsumerWarps = 4 * kNumMmaWarpGroups;
@@ -153,7 +149,6 @@ struct AttentionTraits {
   static_assert(kBlockN % 16 == 0 && kBlockN >= 64 && kBlockN <= 256,
                 "kBlockN: WGMMA N and K steps");
   static_assert(kStages >= 2, "at least double buffering");
-  static_assert(!kSpeculativeMax_ || kFp8, "speculative maxima: FP8 (P is 16 registers)");
   static_assert(kNumMmaWarpGroups == 2 || kNumMmaWarpGroups == 3, "2 or 3 consumer warp groups");
   static_assert(128 * kProducerRegisters + kNumConsumerThreads * kConsumerRegisters <= 65536,
                 "register file");
@@ -385,7 +380,7 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return bits;
 }
 
-// Four floats as e4m3 bytes, a in the lowest (nearest even, saturating; P is in [0, 256]).
+// Four floats as e4m3 bytes, a in the lowest (nearest even, saturating; P is in [0, 1]).
 __device__ __forceinline__ uint32_t pack4_e4m3(float a, float b, float c, float d) {
   const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
   const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
@@ -729,75 +724,6 @@ struct AttentionKernel {
     }
   }
 
-  // Most blocks after the first do not raise a row's maximum by much, yet the exact softmax
-  // cannot start an exponential before the block's maximum is known (run 16: FP8 ran 10% faster
-  // with the maximum left out). Here each score's exponential is taken against the running
-  // maximum m of the blocks before (P = 2^(s - m) may exceed 1) and packed into `p_next` as
-  // e4m3 while the block's maximum is found beside it; S stays as it is. If no row of the warp
-  // has a score above m + kSpeculativeMargin (P <= 2^8, within e4m3's 448), P and the row sums
-  // stand and m stays (O needs no rescaling: the final O / l is the same); else this returns
-  // false and the caller runs the exact softmax on S. A row that has seen no key (m = -inf)
-  // takes the exact path unless the block shows it none either.
-  static constexpr float kSpeculativeMargin = 8.0f;
-  template <bool kMask, class TensorS, class TensorP>
-  __device__ static bool softmax_speculative(const TensorS& s, const TensorP& p_layout,
-                                             const float (&row_max)[2], float (&row_sum)[2],
-                                             float scale_log2, int col0, const int (&limit)[2],
-                                             uint32_t* p_next) {
-    constexpr int kChains = 4;
-    float max_part[2][kChains], sum_part[2][kChains], use_max[2];
-    int row_limit[2];
-    CUTE_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      row_limit[r] = limit[r] - col0;
-      use_max[r] = row_max[r] == -INFINITY ? 0.0f : row_max[r];
-      CUTE_UNROLL
-      for (int k = 0; k < kChains; ++k) {
-        max_part[r][k] = -INFINITY;
-        sum_part[r][k] = 0.0f;
-      }
-    }
-    CUTE_UNROLL
-    for (int kk = 0; kk < kBlockN / 32; ++kk) {
-      CUTE_UNROLL
-      for (int h = 0; h < 2; ++h) {
-        CUTE_UNROLL
-        for (int r = 0; r < 2; ++r) {
-          float e[4];
-          CUTE_UNROLL
-          for (int j = 0; j < 4; ++j) {
-            const int v = 4 * kk + 2 * h + j / 2, c = j % 2;  // convert_p_fp8's order
-            float x = s(make_coord(c, r, v), 0, 0);
-            if constexpr (kMask) {
-              if (c + 8 * v > row_limit[r]) x = -INFINITY;
-            }
-            float& m = max_part[r][j];
-            m = fmaxf(m, x);
-            e[j] = fast_exp2(fmaf(x, scale_log2, -use_max[r]));
-            sum_part[r][j] += e[j];
-          }
-          const int idx = p_layout(make_coord(make_coord(0, r, h), 0, kk));
-          p_next[idx / 4] = pack4_e4m3(e[0], e[1], e[2], e[3]);
-        }
-      }
-    }
-    bool within = true;
-    CUTE_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      float block_max =
-          fmaxf(fmaxf(max_part[r][0], max_part[r][1]), fmaxf(max_part[r][2], max_part[r][3]));
-      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 1));
-      block_max = fmaxf(block_max, __shfl_xor_sync(0xffffffffu, block_max, 2));
-      within = within && (block_max == -INFINITY ||
-                          block_max * scale_log2 <= row_max[r] + kSpeculativeMargin);
-    }
-    if (!__all_sync(0xffffffffu, within)) return false;
-    CUTE_UNROLL
-    for (int r = 0; r < 2; ++r)
-      row_sum[r] += (sum_part[r][0] + sum_part[r][1]) + (sum_part[r][2] + sum_part[r][3]);
-    return true;
-  }
-
   __device__ static void consume(const Params& p, const KvParams* kvs, Storage& ss,
                                  const TileInfo& t, int ctid) {
     const JobParams& job = p.jobs[t.job];
@@ -956,32 +882,11 @@ struct AttentionKernel {
         if constexpr (Traits::kPingPong) turn_pass<kGroups>(wg);
         warpgroup_wait<1>();  // S done, PV may still run
         if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);
-        if constexpr (Traits::kSpeculativeMax) {
-          // P of this block goes to p_next while PV still reads tOrP.
-          uint32_t p_next[kBlockN / 8];
-          const bool kept = cur.need_mask()
-                                ? softmax_speculative<true>(tSrS, tOrP.layout(), row_max, row_sum,
-                                                            scale_log2, col0, limit, p_next)
-                                : softmax_speculative<false>(tSrS, tOrP.layout(), row_max, row_sum,
-                                                             scale_log2, col0, limit, p_next);
-          if (!kept) softmax(cur);
-          warpgroup_wait<0>();  // PV done
-          if (lane == 0) mbar_arrive(&ss.v_empty[pv.index]);
-          if (kept) {
-            uint32_t* p32 = reinterpret_cast<uint32_t*>(raw_pointer_cast(tOrP.data()));
-            CUTE_UNROLL
-            for (int i = 0; i < kBlockN / 8; ++i) p32[i] = p_next[i];
-          } else {
-            rescale(tOrO, correction);
-            to_p(tSrS, tOrP);
-          }
-        } else {
-          softmax(cur);
-          warpgroup_wait<0>();  // PV done
-          if (lane == 0) mbar_arrive(&ss.v_empty[pv.index]);
-          rescale(tOrO, correction);
-          to_p(tSrS, tOrP);
-        }
+        softmax(cur);
+        warpgroup_wait<0>();  // PV done
+        if (lane == 0) mbar_arrive(&ss.v_empty[pv.index]);
+        rescale(tOrO, correction);
+        to_p(tSrS, tOrP);
         pv = ps;
         ps.template advance<kStages>();
       }

@@ -23,10 +23,6 @@ const bool kHoisted = register_attention_kernel(ElementType::kE4M3, 128,
 using ThreeGroups = sm90::AttentionTraits<E4m3, 128, 128, 2, 3>;
 const bool kThreeGroups = register_attention_kernel(ElementType::kE4M3, 128,
                                                     &sm90::launch_attention<ThreeGroups>, "wg3");
-// "spec": the exponentials against the previous blocks' maximum (softmax_speculative).
-using Spec = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, true, false, true>;
-const bool kSpec =
-    register_attention_kernel(ElementType::kE4M3, 128, &sm90::launch_attention<Spec>, "spec");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif
