@@ -114,11 +114,9 @@ constexpr auto vt_smem_layout() {
 // kPingPong_: the consumer warp groups take turns issuing their GEMMs (FlashAttention-3's
 // warp-group ping-pong), so one group's softmax runs while the other's GEMMs hold the tensor
 // cores instead of both softmaxes contending for the exponential unit at once.
-// kSplitScores_: S = Q K^T is issued as two N = kBlockN / 2 halves in their own commit groups,
-// and the first half's row maxima are taken while the second half is on the tensor cores.
 template <class Element_, int kHeadDim_, int kBlockN_ = 128, int kStages_ = 2,
           int kNumMmaWarpGroups_ = 2, bool kFreshQDescriptors_ = (kHeadDim_ >= 128),
-          bool kPingPong_ = false, bool kSplitScores_ = false>
+          bool kPingPong_ = false>
 struct AttentionTraits {
   using Element = Element_;
   static constexpr bool kFp8 = kIsFp8<Element_>;
@@ -131,7 +129,6 @@ struct AttentionTraits {
   static constexpr int kStages = kStages_;
   static constexpr bool kFreshQDescriptors = kFreshQDescriptors_;
   static constexpr bool kPingPong = kPingPong_;
-  static constexpr bool kSplitScores = kSplitScores_;
   static constexpr int kNumThreads = 128 * (1 + kNumMmaWarpGroups);
   static constexpr int kNumConsumerThreads = 128 * kNumMmaWarpGroups;
   static constexpr int kNumConsumerWarps = 4 * kNumMmaWarpGroups;
@@ -161,9 +158,6 @@ struct AttentionTraits {
   using WarpGroupLayout = Layout<Shape<Int<kNumMmaWarpGroups>, _1, _1>>;
   using TiledMmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
-      WarpGroupLayout{}));
-  using TiledMmaQKHalf = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN / 2>, Int<kHeadDim>>>(),
       WarpGroupLayout{}));
   // P comes from registers (K-major by construction); V^T as vt_smem_layout says.
   using TiledMmaPV = decltype(make_tiled_mma(pv_mma_atom<Element, kHeadDim, kBlockN>(),
@@ -605,34 +599,14 @@ struct AttentionKernel {
     warpgroup_fence_operand(a);
   }
 
-  // One half of S (kSplitScores): a (MMA, 1, K) Q fragment, b (MMA, 2, K) holding both halves'
-  // descriptors, c the half's accumulator view; its own commit group.
-  template <class TensorA, class TensorB, class TensorC>
-  __device__ static void gemm_ss_half(typename Traits::TiledMmaQKHalf& mma, const TensorA& a,
-                                      const TensorB& b, int half, TensorC& c) {
-    warpgroup_fence_operand(c);
-    warpgroup_arrive();
-    mma.accumulate_ = GMMA::ScaleOut::Zero;
-    CUTE_UNROLL
-    for (int k = 0; k < size<2>(a); ++k) {
-      Tensor c0 = c(_, 0, 0);
-      cute::gemm(mma, c0, a(_, 0, k), b(_, half, k), c0);
-      mma.accumulate_ = GMMA::ScaleOut::One;
-    }
-    warpgroup_commit_batch();
-    warpgroup_fence_operand(c);
-  }
-
   // Online softmax of one S block (this thread: 2 rows x kBlockN/4 columns). Masks columns
   // past `limit[r]` when kMask; leaves exp2 values in S; returns the O correction per row.
   // Row max and row sum run over kChains independent partials per row: with one warp per
   // SMSP per warp group there is little to hide a 48-long dependent chain behind.
-  // `between` runs after the maxima of the first kColGroups / 2 column groups (kSplitScores:
-  // it waits for S's second half).
-  template <bool kMask, class TensorS, class Between>
+  template <bool kMask, class TensorS>
   __device__ static void softmax_block(TensorS& s, float (&row_max)[2], float (&row_sum)[2],
                                        float (&correction)[2], float scale_log2, int col0,
-                                       const int (&limit)[2], Between&& between) {
+                                       const int (&limit)[2]) {
     constexpr int kColGroups = kBlockN / 8;
     constexpr int kChains = 4;
     float part[2][kChains];
@@ -643,26 +617,21 @@ struct AttentionKernel {
       CUTE_UNROLL
       for (int k = 0; k < kChains; ++k) part[r][k] = -INFINITY;
     }
-    auto max_over = [&](auto v_begin, auto v_end) {
+    CUTE_UNROLL
+    for (int v = 0; v < kColGroups; ++v) {
       CUTE_UNROLL
-      for (int v = decltype(v_begin)::value; v < decltype(v_end)::value; ++v) {
+      for (int c = 0; c < 2; ++c) {
         CUTE_UNROLL
-        for (int c = 0; c < 2; ++c) {
-          CUTE_UNROLL
-          for (int r = 0; r < 2; ++r) {
-            float& x = s(make_coord(c, r, v), 0, 0);
-            if constexpr (kMask) {
-              if (c + 8 * v > row_limit[r]) x = -INFINITY;
-            }
-            float& m = part[r][(2 * v + c) % kChains];
-            m = fmaxf(m, x);
+        for (int r = 0; r < 2; ++r) {
+          float& x = s(make_coord(c, r, v), 0, 0);
+          if constexpr (kMask) {
+            if (c + 8 * v > row_limit[r]) x = -INFINITY;
           }
+          float& m = part[r][(2 * v + c) % kChains];
+          m = fmaxf(m, x);
         }
       }
-    };
-    max_over(Int<0>{}, Int<kColGroups / 2>{});
-    between();
-    max_over(Int<kColGroups / 2>{}, Int<kColGroups>{});
+    }
     float use_max[2];
     CUTE_UNROLL
     for (int r = 0; r < 2; ++r) {
@@ -787,21 +756,6 @@ struct AttentionKernel {
     Tensor tSrK = thr_qk.partition_fragment_B(sK);    // descriptors, per stage
     Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // descriptors, per stage
     Tensor tSrS = partition_fragment_C(mma_qk, Shape<Int<kBlockM>, Int<kBlockN>>{});
-    // kSplitScores: S's halves as views of tSrS's registers (column groups [0, N/16) and
-    // [N/16, N/8): the accumulator is compact, column group v at 4v), and K's descriptors with
-    // the halves as the N mode.
-    typename Traits::TiledMmaQKHalf mma_qk_h;
-    auto thr_qk_h = mma_qk_h.get_slice(ctid);
-    const auto half_layout =
-        partition_fragment_C(mma_qk_h, Shape<Int<kBlockM>, Int<kBlockN / 2>>{}).layout();
-    Tensor tSrS_lo = make_tensor(tSrS.data(), half_layout);
-    Tensor tSrS_hi = make_tensor(tSrS.data() + kBlockN / 4, half_layout);
-    Tensor tSrK_h = thr_qk_h.partition_fragment_B(sK);  // (MMA, 2, K, stages)
-    static_assert(
-        !Traits::kSplitScores || (decltype(stride<0, 2>(tSrS))::value == 4 &&
-                                  decltype(stride<0, 2>(half_layout))::value == 4 &&
-                                  decltype(size<0, 2>(half_layout))::value == kBlockN / 16),
-        "S's halves: compact accumulators");
     Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<kBlockM>, Int<kHeadDim>>{});
     Tensor tOrP =
         make_tensor<Element>(partition_shape_A(mma_pv, Shape<Int<kBlockM>, Int<kBlockN>>{}));
@@ -876,15 +830,13 @@ struct AttentionKernel {
           convert_p(s_acc, p_op);
         }
       };
-      auto softmax_then = [&](const KvCursor<kBlockN>& c, auto&& between) {
+      auto softmax = [&](const KvCursor<kBlockN>& c) {
         if (c.need_mask()) {
-          softmax_block<true>(tSrS, row_max, row_sum, correction, scale_log2, col0, limit, between);
+          softmax_block<true>(tSrS, row_max, row_sum, correction, scale_log2, col0, limit);
         } else {
-          softmax_block<false>(tSrS, row_max, row_sum, correction, scale_log2, col0, limit,
-                               between);
+          softmax_block<false>(tSrS, row_max, row_sum, correction, scale_log2, col0, limit);
         }
       };
-      auto softmax = [&](const KvCursor<kBlockN>& c) { softmax_then(c, [] {}); };
 
       mbar_wait<WaitPoint::kQ>(&ss.q_full, 0);
       PipeState ps;
@@ -916,17 +868,7 @@ struct AttentionKernel {
         mbar_wait<WaitPoint::kKFull>(&ss.k_full[ps.index], ps.phase);
         mbar_wait<WaitPoint::kVFull>(&ss.v_full[pv.index], pv.phase);
         if constexpr (Traits::kPingPong) turn_wait(wg);
-        if constexpr (Traits::kSplitScores) {
-          // Q's descriptors rebuilt as kFreshQDescriptors does; both halves, then PV.
-          uint32_t q_addr = smem_u32(ss.q.data());
-          asm volatile("" : "+r"(q_addr));
-          Tensor sQ_now =
-              make_tensor(make_smem_ptr(static_cast<Element*>(__cvta_shared_to_generic(q_addr))),
-                          typename Traits::SmemLayoutQ{});
-          const auto tSrQ_h = thr_qk_h.partition_fragment_A(sQ_now);
-          gemm_ss_half(mma_qk_h, tSrQ_h, tSrK_h(_, _, _, ps.index), 0, tSrS_lo);
-          gemm_ss_half(mma_qk_h, tSrQ_h, tSrK_h(_, _, _, ps.index), 1, tSrS_hi);
-        } else if constexpr (Traits::kFreshQDescriptors) {
+        if constexpr (Traits::kFreshQDescriptors) {
           uint32_t q_addr = smem_u32(ss.q.data());
           asm volatile("" : "+r"(q_addr));
           Tensor sQ_now = make_tensor(
@@ -938,17 +880,9 @@ struct AttentionKernel {
         }
         gemm_rs(mma_pv, tOrP, tOrVt(_, _, _, pv.index), tOrO);
         if constexpr (Traits::kPingPong) turn_pass<kGroups>(wg);
-        if constexpr (Traits::kSplitScores) {
-          warpgroup_wait<2>();  // S's first half done
-          softmax_then(cur, [&] {
-            warpgroup_wait<1>();  // S done, PV may still run
-            if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);
-          });
-        } else {
-          warpgroup_wait<1>();  // S done, PV may still run
-          if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);
-          softmax(cur);
-        }
+        warpgroup_wait<1>();  // S done, PV may still run
+        if (lane == 0) mbar_arrive(&ss.k_empty[ps.index]);
+        softmax(cur);
         warpgroup_wait<0>();  // PV done
         if (lane == 0) mbar_arrive(&ss.v_empty[pv.index]);
         rescale(tOrO, correction);

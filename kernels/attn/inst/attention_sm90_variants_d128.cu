@@ -17,10 +17,6 @@ const bool kRegistered = register_attention_kernel(
 using PingPong = sm90::AttentionTraits<cutlass::bfloat16_t, 128, 176, 2, 2, true, true>;
 const bool kCand = register_attention_kernel(ElementType::kBF16, 128,
                                              &sm90::launch_attention<PingPong>, "pingpong");
-// "split": S issued as two halves, the first half's maxima taken under the second's GEMM.
-using Split = sm90::AttentionTraits<cutlass::bfloat16_t, 128, 176, 2, 2, true, false, true>;
-const bool kSplit =
-    register_attention_kernel(ElementType::kBF16, 128, &sm90::launch_attention<Split>, "split");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif

@@ -15,10 +15,6 @@ using PingPong = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, false
 const bool kCand =
     register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<PingPong>,
                               "pingpong");
-// "split": S issued as two halves, the first half's maxima taken under the second's GEMM.
-using Split = sm90::AttentionTraits<cutlass::bfloat16_t, 64, 112, 2, 3, false, false, true>;
-const bool kSplit =
-    register_attention_kernel(ElementType::kBF16, 64, &sm90::launch_attention<Split>, "split");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif

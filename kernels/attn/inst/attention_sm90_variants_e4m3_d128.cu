@@ -23,10 +23,6 @@ const bool kHoisted = register_attention_kernel(ElementType::kE4M3, 128,
 using ThreeGroups = sm90::AttentionTraits<E4m3, 128, 128, 2, 3>;
 const bool kThreeGroups = register_attention_kernel(ElementType::kE4M3, 128,
                                                     &sm90::launch_attention<ThreeGroups>, "wg3");
-// "split": S issued as two halves, the first half's maxima taken under the second's GEMM.
-using Split = sm90::AttentionTraits<E4m3, 128, 128, 2, 2, true, false, true>;
-const bool kSplit =
-    register_attention_kernel(ElementType::kE4M3, 128, &sm90::launch_attention<Split>, "split");
 }  // namespace
 }  // namespace tessera::attn::kernels
 #endif
