@@ -784,9 +784,9 @@ TEST_F(AttnGpu, CudaLimitsAreReportedNamingTheArgument) {
 // probabilities but from scores the FP8 tensor cores accumulate with fewer mantissa bits than
 // float32 (about 14, DeepSeek-V3's report, 3.3.2): 5e-4 relative seen, 2e-3 allowed. Odd
 // lengths (V's copy padded past its end), several KV blocks, GQA 2:1, causal bottom-right, B 2;
-// D 128 and 256; a key 64 times the others' size in the sixth block (every row's maximum jumps
-// far past the running one there: a speculative softmax must redo that block exactly); then a
-// second call bitwise like the first.
+// D 128 and 256; a key 64 times the others' size in the sixth block (rows' maxima jump far past
+// the running ones there, so O and the row sums are rescaled by tiny factors); then a second
+// call bitwise like the first.
 TEST_F(AttnGpu, Fp8ForwardMatchesTheFp8Reference) {
   struct Fp8Case {
     int64_t b, lq, lkv, hq, hkv;
