@@ -128,6 +128,7 @@ void CostModel::set(std::string_view key, double value) {
       {"gemm_m_half", &gemm_m_half},
       {"gemm_fused_slowdown", &gemm_fused_slowdown},
       {"copy_chunk_us", &copy_chunk_us},
+      {"fused_call_us", &fused_call_us},
   };
   for (const Term& t : terms) {
     if (key != t.name) continue;
@@ -197,10 +198,9 @@ void CostModel::validate() const {
                     ", gemm_fused_slowdown = ", gemm_fused_slowdown,
                     ": expected a peak > 0 and the others >= 0");
   TESSERA_CHECK_ARG(attn_kv_half_rows >= 0 && launch_us >= 0 && two_sided_step_us >= 0 &&
-                        one_sided_step_us >= 0 && copy_chunk_us >= 0 &&
-                        two_sided_compute_slowdown >= 0 &&
-                        one_sided_compute_slowdown >= 0 && barrier_hops >= 0 && num_sms >= 1 &&
-                        q_tile_rows >= 1,
+                        one_sided_step_us >= 0 && copy_chunk_us >= 0 && fused_call_us >= 0 &&
+                        two_sided_compute_slowdown >= 0 && one_sided_compute_slowdown >= 0 &&
+                        barrier_hops >= 0 && num_sms >= 1 && q_tile_rows >= 1,
                     "cost model: times, slowdown and sizes must be >= 0 (SMs, q tile >= 1)");
 }
 
@@ -214,8 +214,9 @@ std::string CostModel::describe() const {
              num_sms, " SMs; launch ", launch_us, " us; hbm ", hbm_gbps, " GB/s; two-sided step ",
              two_sided_step_us, " us (+", two_sided_compute_slowdown * 100,
              "% on overlapped compute), one-sided step ", one_sided_step_us, " us (+",
-             one_sided_compute_slowdown * 100, "% on compute beside copies inside a machine); copy chunk ",
-             copy_chunk_us, " us");
+             one_sided_compute_slowdown * 100,
+             "% on compute beside copies inside a machine); copy chunk ", copy_chunk_us,
+             " us; fused tensor-parallel call ", fused_call_us, " us");
 }
 
 namespace {

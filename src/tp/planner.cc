@@ -74,7 +74,7 @@ TpEstimate estimate_all_gather(const TpPlan& plan, const Links& l, const sp::Cos
     intra.cost =
         cross.cost = {std::min(l.intra.bandwidth_gbps, l.cross.bandwidth_gbps), l.cross.latency_us};
   std::vector<double> forwarded_ready(size_t(p), 0);  // two-level: when the forwarder has it
-  double t = cost.launch_us;
+  double t = cost.launch_us + cost.fused_call_us;
   for (int source : gather_order(plan, rank)) {
     const bool remote = source / g != rank / g;
     for (int64_t c = 0; c < num_chunks(plan, source); ++c) {
@@ -109,7 +109,7 @@ TpEstimate estimate_scatter(const TpPlan& plan, const Links& l, const sp::CostMo
   e.comm_us = collective_us(r, out_bytes, l, cost);
   e.unfused_us = e.gemm_us + e.comm_us;
   LinkQueue intra{l.intra}, cross{l.cross};
-  double t = cost.launch_us, last_arrival = 0, relay_bytes = 0;
+  double t = cost.launch_us + cost.fused_call_us, last_arrival = 0, relay_bytes = 0;
   for (int owner : owner_order(plan, rank)) {
     // ReduceScatter: the owner's rows, all columns; AllToAll: all rows, the owner's columns.
     const double block_rows = rs ? double(row_range(r.m, p, owner).count) : double(rows);

@@ -35,7 +35,9 @@ TpRequest llama70b(TpOp op, int64_t m, int ranks, int machines = 1) {
   return r;
 }
 
-TEST(TpPlanner, FusesLargeGemmsOnNVLinkAndHidesMostOfTheCommunication) {
+// The MLP down projection at M 8192 hides a little under half of its ReduceScatter (4 H200s
+// measured 0.6 at M 4096 and 0.34 at M 16384, docs/PERF.md).
+TEST(TpPlanner, FusesLargeGemmsOnNVLinkAndHidesMuchOfTheCommunication) {
   const Topology topo = nvlink_topology(1, 4);
   const sp::CostModel cost = sp::CostModel::for_topology(topo);
   for (TpOp op : {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter}) {
@@ -45,9 +47,34 @@ TEST(TpPlanner, FusesLargeGemmsOnNVLinkAndHidesMostOfTheCommunication) {
     const TpEstimate e = estimate(plan, topo, cost);
     EXPECT_GE(e.fused_us, e.gemm_us);
     EXPECT_LT(e.fused_us, e.unfused_us);
-    EXPECT_GT(e.overlap_efficiency(), 0.5);
+    EXPECT_GT(e.overlap_efficiency(), 0.4);
     EXPECT_LE(e.overlap_efficiency(), 1.0);
     EXPECT_EQ(plan.fused_us, e.fused_us);
+  }
+}
+
+// Where H200s measured the fused operation slower than cuBLASLt + NCCL (tokens of a decode
+// step: 0.3x-0.8x at TP 2 and 4), the cost model keeps the pair; where it measured 1.3-1.6x
+// (Llama-3-70B attention output at M 4096 and more on 4 GPUs), it fuses.
+TEST(TpPlanner, KeepsThePairForSmallBatchesAndFusesWhereFusionMeasuredFaster) {
+  for (int ranks : {2, 4}) {
+    const Topology topo = nvlink_topology(1, ranks);
+    const sp::CostModel cost = sp::CostModel::for_topology(topo);
+    for (TpOp op : {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter}) {
+      for (int64_t m : {16, 128}) {
+        const TpPlan plan = plan_tp(llama70b(op, m, ranks), topo, cost);
+        SCOPED_TRACE(describe(plan.request) + ": " + plan.reason);
+        EXPECT_FALSE(plan.fused);
+      }
+    }
+  }
+  const Topology topo = nvlink_topology(1, 4);
+  for (int64_t m : {4096, 16384}) {
+    TpRequest attn_out = llama70b(TpOp::kGemmReduceScatter, m, 4);
+    attn_out.k = 8192;
+    const TpPlan plan = plan_tp(attn_out, topo, sp::CostModel::for_topology(topo));
+    SCOPED_TRACE(describe(plan.request) + ": " + plan.reason);
+    EXPECT_TRUE(plan.fused);
   }
 }
 

@@ -75,11 +75,17 @@ struct CostModel {
   // 1024-16384 on Llama-3-70B TP4 shapes, DESIGN.md section 6).
   double gemm_tflops = 790.0;
   double gemm_m_half = 160.0;
-  double gemm_fused_slowdown = 0.03;
+  double gemm_fused_slowdown = 0.06;
   // One copy-engine transfer with its stream-written signal, beyond its bytes: fused
   // AllGather+GEMM pays it per communication chunk (4 H200, `bench tp --phases`: 16 MiB to a
   // peer in 8 chunks took 95-137 us, in one 51-53 us).
   double copy_chunk_us = 7.0;
+  // What a fused tensor-parallel call costs beyond its GEMM and its transfers: side-stream fork
+  // and join, signal words, and the building block's slower small-M kernels against the
+  // unfused pair's cuBLASLt. Fitted with gemm_fused_slowdown to the measured fused and unfused
+  // times of 116 cases at TP 2 and 4 on H200s (docs/PERF.md): 20-90 us over the GEMM alone at
+  // M <= 128, where the model had 1-10.
+  double fused_call_us = 60.0;
 
   const LinkCost& link(LinkClass link) const;
   LinkCost& link(LinkClass link);
@@ -110,7 +116,7 @@ struct CostModel {
   // attn_tflops_d128, attn_kv_half_rows, num_sms, q_tile_rows, launch_us, hbm_gbps,
   // two_sided_step_us, one_sided_step_us, two_sided_compute_slowdown,
   // one_sided_compute_slowdown, barrier_hops, gemm_tflops, gemm_m_half, gemm_fused_slowdown,
-  // copy_chunk_us.
+  // copy_chunk_us, fused_call_us.
   // Throws kInvalidArgument naming an unknown key.
   void set(std::string_view key, double value);
   // Applies "key=value,key=value" (empty: nothing); throws naming the bad entry.
