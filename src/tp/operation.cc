@@ -143,27 +143,51 @@ void TpOperation::Impl::compute_tile(const void* a_rows, int64_t lda, const Tile
                      dst, ldd);
 }
 
-void TpOperation::Impl::allocate_fused() {
+namespace {
+
+// The fused operation's symmetric buffers (Impl's members of the same names), in bytes; 0 for a
+// buffer the plan does not use, at least 1 for one it does (so every buffer has an address).
+struct FusedBufferBytes {
+  size_t gathered = 0, partials = 0, relay_partials = 0, received = 0;
+};
+
+FusedBufferBytes fused_buffer_bytes(const TpPlan& plan) {
   const TpRequest& r = plan.request;
-  SymmetricHeap& heap = *ctx.heap;
   const size_t in_elem = dtype_size(r.dtype), out_elem = dtype_size(r.out_dtype);
-  // Collective: every rank allocates the same sizes in the same order (at least one byte, so
-  // every buffer has an address).
-  auto allocate = [&](size_t bytes) { return heap.allocate(std::max<size_t>(bytes, 1)); };
+  const size_t p = size_t(r.world_size), share = size_t((r.m + r.world_size - 1) / r.world_size);
+  auto at_least_one = [](size_t bytes) { return std::max<size_t>(bytes, 1); };
+  FusedBufferBytes b;
   switch (r.op) {
     case TpOp::kAllGatherGemm:
-      gathered = allocate(size_t(r.m) * size_t(r.k) * in_elem);
+      b.gathered = at_least_one(size_t(r.m) * size_t(r.k) * in_elem);
       break;
-    case TpOp::kGemmReduceScatter: {
-      const size_t block = size_t(max_share()) * size_t(r.n) * out_elem;
-      partials = allocate(size_t(world) * block);
-      if (plan.two_level) relay_partials = allocate(size_t(world) * block);
+    case TpOp::kGemmReduceScatter:
+      b.partials = at_least_one(p * share * size_t(r.n) * out_elem);
+      if (plan.two_level) b.relay_partials = b.partials;
       break;
-    }
     case TpOp::kGemmAllToAll:
-      received = allocate(size_t(r.m) * size_t(r.n / world) * out_elem);
+      b.received = at_least_one(size_t(r.m) * size_t(r.n / r.world_size) * out_elem);
       break;
   }
+  return b;
+}
+
+}  // namespace
+
+size_t fused_symmetric_bytes(const TpPlan& plan) {
+  if (!plan.fused) return 0;
+  const FusedBufferBytes b = fused_buffer_bytes(plan);
+  return b.gathered + b.partials + b.relay_partials + b.received;
+}
+
+void TpOperation::Impl::allocate_fused() {
+  SymmetricHeap& heap = *ctx.heap;
+  const FusedBufferBytes b = fused_buffer_bytes(plan);
+  // Collective: every rank allocates the same sizes in the same order.
+  if (b.gathered) gathered = heap.allocate(b.gathered);
+  if (b.partials) partials = heap.allocate(b.partials);
+  if (b.relay_partials) relay_partials = heap.allocate(b.relay_partials);
+  if (b.received) received = heap.allocate(b.received);
 }
 
 TpOperation::TpOperation(RankContext& ctx, const TpPlan& plan)

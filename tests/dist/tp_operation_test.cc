@@ -4,13 +4,18 @@
 // repeat bitwise and leave every signal reset.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "cpu_dist_util.h"
+#include "tessera/sp/cost_model.h"
 #include "tessera/tp/operation.h"
+#include "tessera/tp/planner.h"
 #include "tp_test_util.h"
 
 namespace tessera::testing {
@@ -32,7 +37,9 @@ std::vector<RankOutput> run_plan(const TpPlan& plan, const TpProblem& problem) {
   const TpRequest& r = plan.request;
   std::vector<RankOutput> results(size_t(r.world_size));
   ContextOptions options = test_options();
-  options.heap_bytes = size_t(64) << 20;
+  // The heap the fused buffers need, and no more than their alignment beside (a smaller heap
+  // fails: TpOperation.AHeapTooSmallForTheFusedBuffersIsRefused).
+  options.heap_bytes = std::max<size_t>(tp::fused_symmetric_bytes(plan) + 3 * 256, 1);
   run_cpu_ranks(r.world_size, r.num_machines, options, [&](RankContext& ctx) {
     tp::TpOperation op(ctx, plan);
     const tp::RankShapes s = op.shapes();
@@ -153,6 +160,41 @@ TEST(TpOperation, EveryOpVariantAndLayoutMatchesTheReference) {
           }
         }
       }
+    }
+  }
+}
+
+TEST(TpOperation, AHeapTooSmallForTheFusedBuffersIsRefused) {
+  for (TpOp op : {TpOp::kAllGatherGemm, TpOp::kGemmReduceScatter, TpOp::kGemmAllToAll}) {
+    TpRequest r;
+    r.op = op;
+    r.m = 100;
+    r.n = 64;
+    r.k = 96;
+    r.world_size = 2;
+    TpPlan plan = tp::plan_tp(r, cpu_topology(2, 1), sp::CostModel{});
+    plan.fused = true;
+    const size_t need = tp::fused_symmetric_bytes(plan);
+    // bf16: the gathered rows [M, K]; both ranks' padded shares [2][50][N]; rows x N / 2.
+    const size_t want = op == TpOp::kAllGatherGemm       ? 100 * 96 * 2
+                        : op == TpOp::kGemmReduceScatter ? 2 * 50 * 64 * 2
+                                                         : 100 * 32 * 2;
+    EXPECT_EQ(need, want) << tp::tp_op_name(op);
+    ContextOptions options = test_options();
+    options.heap_bytes = need / 2;
+    std::mutex mu;
+    std::vector<std::string> errors;
+    run_cpu_ranks(2, 1, options, [&](RankContext& ctx) {
+      try {
+        tp::TpOperation refused(ctx, plan);
+      } catch (const Error& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        errors.push_back(e.what());
+      }
+    });
+    ASSERT_EQ(errors.size(), 2u) << tp::tp_op_name(op) << ": every rank refuses";
+    for (const std::string& e : errors) {
+      EXPECT_NE(e.find("heap_bytes"), std::string::npos) << e;
     }
   }
 }

@@ -46,6 +46,11 @@ struct TpPhase {
 // and one-machine GEMM+ReduceScatter.
 std::string fused_unsupported_reason(const TpPlan& plan, Backend backend);
 
+// The symmetric-heap bytes a fused operation of `plan` allocates on every rank (its buffers,
+// each at least one byte, before the heap aligns them); 0 for an unfused plan. A context's
+// ContextOptions::heap_bytes must hold this and the alignment of three buffers.
+size_t fused_symmetric_bytes(const TpPlan& plan);
+
 // plan_tp (planner.h) for ctx's ranks: the request's world size and machine count are ctx's,
 // the signal slots its heap's, the tuning-table rows those of its GPU (device_name), the cost
 // model that of its topology; with Fuse::kAuto, a fused pick the backend does not build becomes

@@ -20,30 +20,6 @@
 
 namespace tessera::tp {
 
-namespace {
-
-// The symmetric memory one rank's fused operation allocates (TpOperation::Impl::allocate_fused),
-// with room for the heap's alignment.
-size_t heap_bytes_for(const TpRequest& r) {
-  const size_t in_elem = dtype_size(r.dtype), out_elem = dtype_size(r.out_dtype);
-  const int64_t p = r.world_size, share = (r.m + p - 1) / p;
-  size_t bytes = 0;
-  switch (r.op) {
-    case TpOp::kAllGatherGemm:
-      bytes = size_t(r.m * r.k) * in_elem;
-      break;
-    case TpOp::kGemmReduceScatter:
-      bytes = size_t(p * share * r.n) * out_elem;
-      break;
-    case TpOp::kGemmAllToAll:
-      bytes = size_t(r.m * (r.n / p)) * out_elem;
-      break;
-  }
-  return bytes + (size_t(1) << 20);
-}
-
-}  // namespace
-
 struct TpLoopback::Impl {
   TpPlan plan;
   Device gpu;
@@ -74,7 +50,7 @@ TpLoopback::TpLoopback(const TpPlan& plan, Device gpu) : impl_(std::make_unique<
   TESSERA_CUDA_CHECK(cudaSetDevice(gpu.index));
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&im.sms, cudaDevAttrMultiProcessorCount, gpu.index));
   ContextOptions options;
-  options.heap_bytes = heap_bytes_for(r);
+  options.heap_bytes = fused_symmetric_bytes(im.plan) + (size_t(1) << 20);  // + alignment
   im.ranks.emplace(r.world_size, gpu, options);
   im.ops.resize(size_t(r.world_size));
   im.ranks->run_each([&](RankContext& ctx) {
