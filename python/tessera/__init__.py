@@ -41,6 +41,7 @@ from ._errors import (
 )
 from ._frameworks import default_stream as _default_stream
 from ._frameworks import _framework
+from ._frameworks import dtype_code as _dtype_code
 from ._frameworks import exported as _exported
 from ._frameworks import like_input as _like_input
 from ._frameworks import new_array as _new_array
@@ -88,9 +89,6 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 attention_varlen.__doc__ = _C.attention_varlen.__doc__
 
-_TESSERA_DTYPE_CODES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
-
-
 def _fp8_bits(x):
     """torch's float8_e4m3fn tensors as their uint8 bit patterns (what every DLPack consumer
     reads); anything else unchanged."""
@@ -105,8 +103,8 @@ def attention_fp8(q, k, v, descale_q, descale_k, descale_v, *, out=None, out_dty
     if out is None and _framework(q) == "torch":
         torch = sys.modules["torch"]
         out = torch.empty(tuple(q.shape), dtype=getattr(torch, out_dtype), device=q.device)
-    elif out is None:
-        out = _new_array(q, tuple(q.shape), _TESSERA_DTYPE_CODES.get(out_dtype, "bf16"))
+    elif out is None and _dtype_code(out_dtype) is not None:
+        out = _new_array(q, tuple(q.shape), _dtype_code(out_dtype))
     if stream is None:
         stream = _default_stream(q)
     workspace = _new_bytes(q, _C.fp8_workspace_bytes(_exported(v), stream=stream))

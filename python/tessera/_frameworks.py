@@ -100,6 +100,12 @@ def new_output(sample: Any) -> Any:
 _TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 
+def dtype_code(name: str) -> str | None:
+    """Tessera's code for a dtype name ("bfloat16" -> "bf16"); None for a name it does not
+    know (the extension then names the argument)."""
+    return {full: code for code, full in _TORCH_DTYPES.items()}.get(name)
+
+
 def new_array(sample: Any, shape: tuple, dtype: str) -> Any:
     """An uninitialized `shape` array of Tessera's `dtype` ("f32", "f16", "bf16") from
     `sample`'s framework, on its GPU, where `sample` lives on one; None elsewhere (as
