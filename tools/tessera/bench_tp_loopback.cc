@@ -4,7 +4,7 @@
 //   ag_gemm    (qkv, mlp_up): outputs against cuBLASLt on the gathered rows; the hooks inside
 //              the kernel (tile order, arrival waits): rank 0's kernel with every arrival
 //              already signalled beside the plain building block of the same configuration
-//              and cuBLASLt, all on the whole GPU;
+//              and cuBLASLt, all on the whole GPU, timed in turns (one of each an iteration);
 //   gemm_rs    (attn_out, mlp_down) and gemm_a2a (flux-12b's ulysses_qkv): outputs against
 //              cuBLASLt (for gemm_rs, each rank's partial by cuBLASLt, summed in rank order as
 //              the owner sums); the protocol (per-owner GEMMs, copies into the owners'
@@ -86,18 +86,27 @@ struct Bench {
     for (int64_t i = 0; i < count; ++i) f[size_t(i)] = load_as_float(h.data(), kDtype, i);
     return f;
   }
-  double time_us(const std::function<void()>& call) {
-    for (int i = 0; i < warmup; ++i) call();
-    std::vector<double> us;
-    for (int i = 0; i < iters; ++i) {
-      Event start = Event::create(stream, true), end = Event::create(stream, true);
-      start.record(stream);
-      call();
-      end.record(stream);
-      end.synchronize(60000, "bench tp-loopback: a call");
-      us.push_back(1000.0 * end.elapsed_ms_since(start));
+  double time_us(const std::function<void()>& call) { return time_in_turns({call})[0]; }
+  // Median us of each call, timed in turns (one of each per iteration), so that every call
+  // meets the GPU's clocks and caches in the same state.
+  std::vector<double> time_in_turns(const std::vector<std::function<void()>>& calls) {
+    for (int i = 0; i < warmup; ++i) {
+      for (const auto& call : calls) call();
     }
-    return median(us);
+    std::vector<std::vector<double>> us(calls.size());
+    for (int i = 0; i < iters; ++i) {
+      for (size_t c = 0; c < calls.size(); ++c) {
+        Event start = Event::create(stream, true), end = Event::create(stream, true);
+        start.record(stream);
+        calls[c]();
+        end.record(stream);
+        end.synchronize(60000, "bench tp-loopback: a call");
+        us[c].push_back(1000.0 * end.elapsed_ms_since(start));
+      }
+    }
+    std::vector<double> medians;
+    for (auto& u : us) medians.push_back(median(u));
+    return medians;
   }
   void report(const std::string& name, const char* impl, const std::string& config, double us,
               double flops, int64_t wrong) {
@@ -160,19 +169,25 @@ void Bench::all_gather_gemm(const tp::TpLayerShape& layer, int64_t m) {
                         floats(want.data(), m * n), {});
   }
   report(name, "tessera loopback", config, loop_us, rank_flops * p, wrong);
-  // The hooked kernel, the plain one and cuBLASLt on rank 0's GEMM, whole GPU, in turns.
-  const double hooked_us = time_us(
-      [&] { loopback.run_hooked_gemm(0, gathered.view(), b[0], TensorView(), out[0], stream); });
+  // The hooked kernel, the plain one and cuBLASLt on rank 0's GEMM, whole GPU, timed in turns;
+  // each output checked after its own call.
   cublaslt.run(gathered.view(), b[0], TensorView(), want.view(), stream);
   const std::vector<float> want0 = floats(want.data(), m * n);
-  report(name, "tessera hooked", config, hooked_us, rank_flops,
-         mismatches(download(outs[0].data(), size_t(m * n) * 2), want0, {}));
-  const double plain_us =
-      time_us([&] { plain.run(gathered.view(), b[0], TensorView(), out[0], stream); });
-  report(name, "tessera", config, plain_us, rank_flops,
-         mismatches(download(outs[0].data(), size_t(m * n) * 2), want0, {}));
-  const double cublaslt_us =
-      time_us([&] { cublaslt.run(gathered.view(), b[0], TensorView(), want.view(), stream); });
+  auto hooked = [&] {
+    loopback.run_hooked_gemm(0, gathered.view(), b[0], TensorView(), out[0], stream);
+  };
+  auto plain_run = [&] { plain.run(gathered.view(), b[0], TensorView(), out[0], stream); };
+  hooked();
+  const int64_t hooked_wrong = mismatches(download(outs[0].data(), size_t(m * n) * 2), want0, {});
+  plain_run();
+  const int64_t plain_wrong = mismatches(download(outs[0].data(), size_t(m * n) * 2), want0, {});
+  const std::vector<double> turns =
+      time_in_turns({hooked, plain_run, [&] {
+                       cublaslt.run(gathered.view(), b[0], TensorView(), want.view(), stream);
+                     }});
+  const double hooked_us = turns[0], plain_us = turns[1], cublaslt_us = turns[2];
+  report(name, "tessera hooked", config, hooked_us, rank_flops, hooked_wrong);
+  report(name, "tessera", config, plain_us, rank_flops, plain_wrong);
   report(name, "cublaslt", "", cublaslt_us, rank_flops, 0);
   std::printf("  %-40s hooks cost %+.1f%% (hooked %.1f us vs plain %.1f us)\n", name.c_str(),
               100.0 * (hooked_us / plain_us - 1.0), hooked_us, plain_us);
