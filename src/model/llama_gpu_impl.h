@@ -21,6 +21,7 @@
 #include "tessera/model/llama_layer.h"
 #include "tessera/model/packed_batch.h"
 #include "tessera/model/page_allocator.h"
+#include "tessera/sched/timeline.h"
 
 namespace tessera::sched {
 class Strategy;
@@ -107,6 +108,8 @@ struct LlamaGpuModel::Impl {
   // previous layer's MLP all-reduce; kMlpNorm: this layer's attention all-reduce) and the norm.
   void run_all_reduce_norm(int64_t layer, LlamaOp norm, const Part& part, const Stream& on);
   void run_scheduled_layers(const Step& step, const sched::Strategy& strategy);
+  // After wait(): the last scheduled step's timed spans into `timeline` (when set).
+  void collect_timeline();
   // Layer `layer`'s keys and values: [num_pages * page_size, kv_width] rows.
   TensorView k_table(int64_t layer) const;
   TensorView v_table(int64_t layer) const;
@@ -162,6 +165,15 @@ struct LlamaGpuModel::Impl {
   std::optional<Stream> compute_stream, memory_stream, network_stream;
   std::optional<Event> hop;  // orders a nano-batch's operations across streams
   double last_host_us = 0;   // the host time of the last execute()
+  // set_timeline: while set, scheduled steps run eagerly with timing events around each
+  // operation, read into the timeline once the step is done (collect_timeline).
+  sched::Timeline* timeline = nullptr;
+  struct TimedSpan {
+    sched::TimelineSpan span;
+    Event start, end;
+  };
+  std::optional<Event> timeline_origin;  // on `stream`, before the fork
+  std::vector<TimedSpan> timed_spans;
   struct FusedDecode {
     std::unique_ptr<decode::AttentionBlock> block;  // null: the kernel does not take it
     Tensor workspace;

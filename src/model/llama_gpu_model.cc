@@ -421,7 +421,8 @@ void LlamaGpuModel::Impl::execute(const Step& step, size_t inputs,
   // from `stream` and join it again, so they are captured with it.
   const bool graphable = opts.cuda_graphs && (comm == nullptr || comm->graph_capturable()) &&
                          step.prefills.empty() && step.decodes.size() == 1 &&
-                         step.logit_rows == step.tokens;
+                         step.logit_rows == step.tokens &&
+                         (timeline == nullptr || strategy == nullptr);  // timed: eager
   if (graphable) {
     const std::pair<int64_t, std::string> key{step.tokens, strategy ? strategy->name() : ""};
     auto it = graphs.find(key);
@@ -474,6 +475,7 @@ std::vector<float> LlamaGpuModel::forward(std::span<const SequenceTokens> inputs
   std::vector<float> out(size_t(step.logit_rows * impl_->shapes.vocab));
   copy_bytes(out.data(), impl_->logits.data(), out.size() * sizeof(float), impl_->stream);
   impl_->wait();
+  impl_->collect_timeline();
   return out;
 }
 
@@ -484,11 +486,17 @@ std::vector<int32_t> LlamaGpuModel::forward_greedy(std::span<const SequenceToken
   std::vector<int32_t> out(inputs.size());
   copy_bytes(out.data(), impl_->next.data(), out.size() * sizeof(int32_t), impl_->stream);
   impl_->wait();
+  impl_->collect_timeline();
   return out;
 }
 
 double LlamaGpuModel::last_step_host_us() const {
   return impl_->last_host_us;
+}
+
+void LlamaGpuModel::set_timeline(sched::Timeline* timeline) {
+  impl_->timeline = timeline;
+  impl_->timed_spans.clear();
 }
 
 void LlamaGpuModel::truncate(int64_t seq_id, int64_t length) {

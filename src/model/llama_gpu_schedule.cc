@@ -42,6 +42,23 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
     return *compute_stream;
   };
   const std::array<const Stream*, 3> sides = {&*compute_stream, &*memory_stream, &*network_stream};
+  // set_timeline: an origin before the fork and timing events around each operation.
+  const bool timing = timeline != nullptr;
+  if (timing) {
+    timed_spans.clear();
+    timeline_origin = Event::create(stream, true);
+    timeline_origin->record(stream);
+  }
+  auto traced = [&](size_t n, sched::Step first, int count, OpKind kind, const Stream& on,
+                    auto&& run) {
+    if (!timing) return run();
+    TimedSpan t{
+        {int(n), first, count, kind, 0, 0}, Event::create(on, true), Event::create(on, true)};
+    t.start.record(on);
+    run();
+    t.end.record(on);
+    timed_spans.push_back(std::move(t));
+  };
   // Fork: the strategy's streams start after the embedding (and the previous step's head).
   hop->record(stream);
   for (const Stream* side : sides) hop->wait_on(*side);
@@ -49,10 +66,7 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
   std::vector<const Stream*> last(parts.size(), &*compute_stream);
   // Nano-batch n's operation runs on `on`: after its previous one, wherever that ran.
   auto enter = [&](const sched::NanoBatch& nano, const Stream& on) {
-    const size_t n = size_t(
-        std::find_if(nanos.begin(), nanos.end(),
-                     [&](const sched::NanoBatch& m) { return m.first_seq == nano.first_seq; }) -
-        nanos.begin());
+    const size_t n = size_t(sched::nano_batch_index(nanos, nano));
     if (last[n] != &on) {
       hop->record(*last[n]);
       hop->wait_on(on);
@@ -66,14 +80,18 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
         const Stream& on = stream_for(op.op, where);
         const int sms =
             where.gemm_sm_percent >= 100 ? 0 : std::max(1, sm_count * where.gemm_sm_percent / 100);
-        run_op(op.layer, op.op, parts[enter(nano, on)], on, sms);
+        const size_t n = enter(nano, on);
+        traced(n, op, 1, where.stream.value_or(llama_op_kind(op.op)), on,
+               [&] { run_op(op.layer, op.op, parts[n], on, sms); });
       },
       // The one fused group a layer has: an all-reduce and the RMSNorm that reads it, on the
       // network stream.
       [&](const sched::NanoBatch& nano, sched::Step first, int count) {
         const AllReduceNorm g =
             all_reduce_norm_group(first.layer, first.op, count, shapes.num_layers);
-        run_all_reduce_norm(g.layer, g.norm, parts[enter(nano, *network_stream)], *network_stream);
+        const size_t n = enter(nano, *network_stream);
+        traced(n, first, count, OpKind::kNetwork, *network_stream,
+               [&] { run_all_reduce_norm(g.layer, g.norm, parts[n], *network_stream); });
       },
       comm == nullptr ? 1 : comm->size(), strategy.fused_groups());
   strategy.schedule(ctx);
@@ -84,6 +102,17 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
     hop->record(*side);
     hop->wait_on(stream);
   }
+}
+
+void LlamaGpuModel::Impl::collect_timeline() {
+  if (timeline == nullptr || timed_spans.empty()) return;
+  timeline->spans.clear();
+  for (TimedSpan& t : timed_spans) {
+    t.span.start_us = 1000.0 * double(t.start.elapsed_ms_since(*timeline_origin));
+    t.span.end_us = 1000.0 * double(t.end.elapsed_ms_since(*timeline_origin));
+    timeline->spans.push_back(t.span);
+  }
+  timed_spans.clear();
 }
 
 }  // namespace tessera::model

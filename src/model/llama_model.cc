@@ -1,5 +1,6 @@
 #include "tessera/model/llama_model.h"
 
+#include <chrono>
 #include <set>
 
 #include "linear.h"
@@ -7,6 +8,7 @@
 #include "tessera/core/error.h"
 #include "tessera/model/ops.h"
 #include "tessera/sched/schedule.h"
+#include "tessera/sched/timeline.h"
 
 namespace tessera::model {
 namespace {
@@ -174,25 +176,49 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
     auto range = [](const sched::NanoBatch& nano) {
       return SequenceRange{nano.first_seq, nano.first_seq + nano.num_seqs};
     };
+    // The fused groups: a row-parallel GEMM and its all-reduce (flux), an all-reduce and the
+    // RMSNorm that reads it (tokenweave).
+    auto run_fused_group = [&](const sched::NanoBatch& nano, sched::Step first, int count) {
+      if (is_row_parallel_pair(first.op, count)) {
+        layers_[size_t(first.layer)].run_row_parallel_fused(
+            first.op, batch, range(nano), x, buffers, row_parallel_op(first.op, nano.rows), *comm_,
+            stream_);
+        return;
+      }
+      const AllReduceNorm g =
+          all_reduce_norm_group(first.layer, first.op, count, int64_t(layers_.size()));
+      layers_[size_t(g.layer)].run_all_reduce_norm(g.norm, batch, range(nano), x, residual, buffers,
+                                                   comm_, stream_);
+    };
+    const std::vector<sched::NanoBatch> nanos = strategy.split(batch);
+    if (timeline_) timeline_->spans.clear();
+    const auto step_start = std::chrono::steady_clock::now();
+    // Times `run` into the timeline as nano's span of `count` steps from `step` on `stream`.
+    auto traced = [&](const sched::NanoBatch& nano, sched::Step step, int count, OpKind stream,
+                      auto&& run) {
+      if (!timeline_) return run();
+      const auto us = [&] {
+        return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                         step_start)
+            .count();
+      };
+      sched::TimelineSpan span{sched::nano_batch_index(nanos, nano), step, count, stream, us(), 0};
+      run();
+      span.end_us = us();
+      timeline_->spans.push_back(span);
+    };
     sched::ScheduleContext ctx(
-        int64_t(layers_.size()), strategy.split(batch),
-        [&](const sched::NanoBatch& nano, sched::Step step, const sched::Placement&) {
-          layers_[size_t(step.layer)].run_op(step.op, batch, range(nano), x, residual, buffers,
-                                             cache_, comm_, stream_);
+        int64_t(layers_.size()), nanos,
+        [&](const sched::NanoBatch& nano, sched::Step step, const sched::Placement& where) {
+          traced(nano, step, 1, where.stream.value_or(llama_op_kind(step.op)), [&] {
+            layers_[size_t(step.layer)].run_op(step.op, batch, range(nano), x, residual, buffers,
+                                               cache_, comm_, stream_);
+          });
         },
-        // The fused groups: a row-parallel GEMM and its all-reduce (flux), an all-reduce and
-        // the RMSNorm that reads it (tokenweave).
         [&](const sched::NanoBatch& nano, sched::Step first, int count) {
-          if (is_row_parallel_pair(first.op, count)) {
-            layers_[size_t(first.layer)].run_row_parallel_fused(
-                first.op, batch, range(nano), x, buffers, row_parallel_op(first.op, nano.rows),
-                *comm_, stream_);
-            return;
-          }
-          const AllReduceNorm g =
-              all_reduce_norm_group(first.layer, first.op, count, int64_t(layers_.size()));
-          layers_[size_t(g.layer)].run_all_reduce_norm(g.norm, batch, range(nano), x, residual,
-                                                       buffers, comm_, stream_);
+          traced(nano, first, count,
+                 is_row_parallel_pair(first.op, count) ? OpKind::kCompute : OpKind::kNetwork,
+                 [&] { run_fused_group(nano, first, count); });
         },
         comm_ == nullptr ? 1 : comm_->size(), strategy.fused_groups());
     strategy.schedule(ctx);

@@ -26,6 +26,14 @@ std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int
   return out;
 }
 
+int nano_batch_index(std::span<const NanoBatch> nanos, const NanoBatch& nano) {
+  const auto it = std::find_if(nanos.begin(), nanos.end(),
+                               [&](const NanoBatch& m) { return m.first_seq == nano.first_seq; });
+  TESSERA_CHECK_ARG(it != nanos.end(), "nano-batch from sequence ", nano.first_seq,
+                    ": not one of the ", nanos.size(), " nano-batches");
+  return int(it - nanos.begin());
+}
+
 ScheduleContext::ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
                                  FusedExecutor execute_fused, int group_size,
                                  std::optional<std::vector<model::FusedGroup>> declared)

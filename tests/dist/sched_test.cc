@@ -17,6 +17,7 @@
 #include "tessera/core/error.h"
 #include "tessera/model/llama_model.h"
 #include "tessera/sched/schedule.h"
+#include "tessera/sched/timeline.h"
 
 namespace tessera::testing {
 namespace {
@@ -48,6 +49,43 @@ TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
       }
     });
   }
+}
+
+// A timeline holds a span for each operation of each nano-batch, in the order they ran, on the
+// stream the strategy placed it on; the next forward replaces it, and unset it records nothing.
+TEST(Scheduler, TheTimelineRecordsEveryOperationWhereItRan) {
+  const model::DecoderConfig config = tiny_llama_config();
+  run_cpu_ranks(1, 1, test_options(), [&](RankContext& ctx) {
+    LlamaModel m(config, model::random_llama_weights(config, kSeed, ctx.rank, ctx.size), {4, 64},
+                 ctx);
+    const auto nanoflow = sched::make_strategy("nanoflow");
+    sched::Timeline timeline;
+    m.set_timeline(&timeline);
+    prefill_then_decode(m, nanoflow.get());  // the decode step: four rows, one nano-batch
+    const int64_t ops = config.num_hidden_layers * model::kLlamaOps;
+    EXPECT_EQ(int64_t(timeline.spans.size()), ops);
+    std::vector<model::SequenceTokens> prefill;
+    int salt = 0;
+    for (int64_t n : {40, 40}) prefill.push_back({m.add_sequence(), test_tokens(n, ++salt)});
+    m.forward(prefill, *nanoflow);  // 80 rows: two nano-batches
+    ASSERT_EQ(int64_t(timeline.spans.size()), 2 * ops);
+    int per_nano[2] = {0, 0};
+    for (size_t i = 0; i < timeline.spans.size(); ++i) {
+      const sched::TimelineSpan& s = timeline.spans[i];
+      ASSERT_TRUE(s.nano == 0 || s.nano == 1);
+      ++per_nano[s.nano];
+      EXPECT_LE(s.start_us, s.end_us);
+      if (i > 0) EXPECT_GE(s.start_us, timeline.spans[i - 1].end_us);  // inline on the cpu
+      if (s.step.op == model::LlamaOp::kAttention) EXPECT_EQ(s.stream, model::OpKind::kMemory);
+      if (s.step.op == model::LlamaOp::kQkv) EXPECT_EQ(s.stream, model::OpKind::kCompute);
+    }
+    EXPECT_EQ(per_nano[0], ops);
+    EXPECT_EQ(per_nano[1], ops);
+    m.set_timeline(nullptr);
+    for (auto& s : prefill) s.tokens = {1};
+    m.forward(prefill, *nanoflow);
+    EXPECT_EQ(int64_t(timeline.spans.size()), 2 * ops);  // untouched once unset
+  });
 }
 
 TEST(Scheduler, NanoBatchesAreBalancedRowRangesOfWholeSequences) {

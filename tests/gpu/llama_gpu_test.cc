@@ -20,6 +20,7 @@
 #include "tessera/model/llama_gpu_model.h"
 #include "tessera/model/llama_model.h"
 #include "tessera/sched/schedule.h"
+#include "tessera/sched/timeline.h"
 
 namespace tessera::model {
 namespace {
@@ -238,6 +239,40 @@ TEST_F(LlamaGpu, StrategiesMatchTheUnscheduledStep) {
       EXPECT_LE(worst, 0.01f * largest) << "largest |logit| " << largest;
     }
   }
+}
+
+// set_timeline: a scheduled step runs eagerly with each operation timed on its stream: a span
+// per operation of each nano-batch, attention on the memory stream, times from the fork on; the
+// logits are those of the step without a timeline, and every step replaces the spans.
+TEST_F(LlamaGpu, TheTimelineTimesEveryOperationOnItsStream) {
+  const DecoderConfig config = small_config();
+  const auto nanoflow = sched::make_strategy("nanoflow");
+  auto run = [&](sched::Timeline* timeline) {
+    LlamaGpuModel m(config, random_llama_source(kSeed), small_options(true), nullptr);
+    m.set_timeline(timeline);
+    std::vector<int32_t> b_prompt(40, 3), c_prompt(51, 5);  // 91 rows: two nano-batches
+    std::vector<SequenceTokens> in = {{m.add_sequence(), b_prompt}, {m.add_sequence(), c_prompt}};
+    std::vector<float> all = m.forward(in, LogitRows::kAll, nanoflow.get());
+    if (timeline) {
+      const int64_t ops = config.num_hidden_layers * model::kLlamaOps;
+      EXPECT_EQ(int64_t(timeline->spans.size()), 2 * ops);
+      for (const sched::TimelineSpan& span : timeline->spans) {
+        EXPECT_GE(span.start_us, 0.0);
+        EXPECT_LE(span.start_us, span.end_us);
+        if (span.step.op == model::LlamaOp::kAttention)
+          EXPECT_EQ(span.stream, model::OpKind::kMemory);
+      }
+    }
+    for (auto& s : in) s.tokens = {7};
+    const std::vector<float> decode = m.forward(in, LogitRows::kLast, nanoflow.get());
+    all.insert(all.end(), decode.begin(), decode.end());
+    // The decode step: two rows, one nano-batch, replacing the prefill's spans.
+    if (timeline)
+      EXPECT_EQ(int64_t(timeline->spans.size()), config.num_hidden_layers * model::kLlamaOps);
+    return all;
+  };
+  sched::Timeline timeline;
+  EXPECT_TRUE(run(&timeline) == run(nullptr));
 }
 
 TEST_F(LlamaGpu, RefusesWhatItDoesNotRunNamingIt) {

@@ -11,7 +11,9 @@
 //   is the same work.
 //   Records: bench "sched", case "<model> tokens<T>[ decode]", impl "tessera <strategy>", with
 //   tokens_per_s, host_us_per_layer (the step's launches on the host over the layers),
-//   max_rel_diff and greedy_mismatches against sequential.
+//   max_rel_diff and greedy_mismatches against sequential. --timeline PREFIX: one more step
+//   per strategy with each operation timed on the stream it ran on (sched/timeline.h), written
+//   as PREFIX.json (a Chrome trace) and PREFIX.svg (a lane per stream).
 // cuda: LlamaGpuModel (bf16, one process per tensor-parallel rank); cpu: LlamaModel (float32,
 // rank threads; the order changes, not the time).
 #include <algorithm>
@@ -33,6 +35,7 @@
 #include "tessera/model/llama_model.h"
 #include "tessera/sched/rule.h"
 #include "tessera/sched/schedule.h"
+#include "tessera/sched/timeline.h"
 
 namespace tessera::cli {
 namespace {
@@ -47,6 +50,7 @@ struct SchedArgs {
   int warmup = 2, iters = 10;
   uint64_t seed = 1;
   std::vector<std::string> strategies;
+  std::string timeline;  // --timeline: the files' path prefix; empty: none
 };
 
 // The decode rows of case i (a.tokens[i] rows): at most its --decode.
@@ -75,6 +79,7 @@ class SchedModel {
   // A timed step: every input's next token (cuda: the argmax on the GPU).
   virtual void step(std::span<const SequenceTokens> in, const sched::Strategy* s) = 0;
   virtual double host_us() const = 0;  // the last step's launches
+  virtual void set_timeline(sched::Timeline* timeline) = 0;
 };
 
 class CpuSchedModel final : public SchedModel {
@@ -96,6 +101,7 @@ class CpuSchedModel final : public SchedModel {
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   }
   double host_us() const override { return host_us_; }
+  void set_timeline(sched::Timeline* timeline) override { m_.set_timeline(timeline); }
 
  private:
   model::LlamaModel m_;
@@ -118,6 +124,7 @@ class CudaSchedModel final : public SchedModel {
     m_.forward_greedy(in, s);
   }
   double host_us() const override { return m_.last_step_host_us(); }
+  void set_timeline(sched::Timeline* timeline) override { m_.set_timeline(timeline); }
 
  private:
   model::LlamaGpuModel m_;
@@ -128,6 +135,7 @@ struct Measured {
   std::string picked;  // auto: the strategy the rule ran
   double median_us = 0, host_us = 0, max_rel_diff = 0;
   int64_t mismatches = 0;
+  sched::Timeline timeline;  // --timeline: one more step, timed per operation
 };
 
 std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cuda) {
@@ -241,6 +249,15 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
         us.push_back(elapsed);
         host.push_back(m->host_us());
       }
+      if (!a.timeline.empty()) {
+        // One more step with each operation timed (cuda: eagerly, not from a graph).
+        std::vector<SequenceTokens> step_in = make_inputs();
+        if (ctx.world) ctx.world->barrier(ctx.stream);
+        m->set_timeline(&r.timeline);
+        m->step(step_in, strategy.get());
+        m->set_timeline(nullptr);
+        reset(step_in);
+      }
       if (name == "auto") r.picked = sched::pick_strategy(rule_table, rule_key, t);
       r.median_us = max_across_ranks(ctx, median(us));
       r.host_us = max_across_ranks(ctx, median(host));
@@ -275,6 +292,9 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
        {"iters", "10", "timed steps per case (median reported)"},
        {"seed", "1", "seed of the random weights and tokens"},
        {"json", "", "write the records to this JSON file"},
+       {"timeline", "",
+        "after each strategy's timed steps, time one more per operation and write every "
+        "strategy's per-stream timeline to PREFIX.json (a Chrome trace) and PREFIX.svg"},
        {"tune-table", "",
         "also write each case's strategy medians into this table, which the rule (auto) reads "
         "from TESSERA_SCHED_TUNE_TABLE"}});
@@ -310,6 +330,7 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
   a.iters = int(opt.integer("iters", 1, 100000));
   a.seed = uint64_t(opt.integer("seed", 0, int64_t(1) << 62));
   a.strategies = opt.text("strategies") == "all" ? sched::strategy_names() : opt.list("strategies");
+  a.timeline = opt.text("timeline");
   for (const std::string& s : a.strategies) (void)sched::make_named_strategy(s, {});  // checked
   // Sequential first: the reference the others are compared with.
   std::stable_partition(a.strategies.begin(), a.strategies.end(),
@@ -329,6 +350,7 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
         "host_us/l", "max_rel_diff", "mismatch");
     std::vector<BenchRecord> records;
     std::vector<sched::SchedTuneEntry> tuned;
+    std::vector<sched::Timeline> timelines;
     size_t i = 0;
     for (size_t c = 0; c < a.tokens.size(); ++c) {
       const int64_t t = a.tokens[c], d = step_decodes(a, c);
@@ -338,6 +360,10 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
       for (size_t s = 0; s < a.strategies.size(); ++s, ++i) {
         const Measured& r = measured[i];
         if (r.strategy == "sequential") sequential_us = r.median_us;
+        if (!a.timeline.empty()) {
+          timelines.push_back(r.timeline);
+          timelines.back().label = str(name, " ", r.strategy);
+        }
         const double per_layer = r.host_us / double(a.config.num_hidden_layers);
         const double tokens_per_s = double(t) / (r.median_us * 1e-6);
         std::printf("  %-38s %-14s %11.1f %10.0f %8.3fx %9.2f %12.2e %9lld\n", name.c_str(),
@@ -386,6 +412,13 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
                   opt.text("tune-table").c_str());
     }
     if (!opt.text("json").empty()) write_bench_json(opt.text("json"), records);
+    if (!a.timeline.empty()) {
+      sched::write_timelines(a.timeline, timelines);
+      std::printf(
+          "# timelines of rank 0 (one step each): %s.json (chrome://tracing, "
+          "ui.perfetto.dev) and %s.svg\n",
+          a.timeline.c_str(), a.timeline.c_str());
+    }
     const auto bad =
         std::count_if(records.begin(), records.end(), [](const BenchRecord& r) { return !r.ok; });
     if (bad != 0)

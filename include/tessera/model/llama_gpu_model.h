@@ -112,6 +112,11 @@ class LlamaGpuModel {
   // The host time of the last forward's launches (from its inputs' upload to the last launch or
   // graph replay, before the wait for its results), in microseconds.
   double last_step_host_us() const;
+  // While set, each scheduled forward runs eagerly (no CUDA graph) with timing events around
+  // each operation and replaces `timeline`'s spans with them (microseconds from the step's
+  // fork, on the stream each ran on); nullptr stops recording. The caller keeps it alive while
+  // set.
+  void set_timeline(sched::Timeline* timeline);
   // Prefill `prompt` in a new sequence, then `steps` greedy tokens; the sequence is released.
   std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int64_t steps);
 

@@ -25,6 +25,7 @@
 
 namespace tessera::sched {
 class Strategy;
+struct Timeline;
 }
 
 namespace tessera::model {
@@ -71,6 +72,10 @@ class LlamaModel {
   // (tessera/sched/schedule.h): bitwise the same logits as forward(inputs).
   std::vector<float> forward(std::span<const SequenceTokens> inputs,
                              const sched::Strategy& strategy);
+  // While set, each scheduled forward replaces `timeline`'s spans with its operations' (host
+  // clock: the cpu backend runs them inline, so the streams are where a GPU would run them);
+  // nullptr stops recording. The caller keeps it alive while set.
+  void set_timeline(sched::Timeline* timeline) { timeline_ = timeline; }
 
   // Prefill `prompt` (non-empty) in a new sequence, then take the argmax token and feed it back,
   // `steps` times; returns those `steps` tokens. The sequence is released at the end.
@@ -99,6 +104,7 @@ class LlamaModel {
   RankContext* ctx_ = nullptr;
   std::map<std::pair<LlamaOp, int64_t>, std::unique_ptr<tp::TpOperation>> row_parallel_ops_;
   Stream stream_ = Stream::cpu();
+  sched::Timeline* timeline_ = nullptr;
 };
 
 }  // namespace tessera::model

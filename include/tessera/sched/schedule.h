@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ struct Placement {
 // Splits `batch` at sequence boundaries into at most `parts` nano-batches of about equal
 // tokens (greedy: a nano-batch closes once it reaches its share); every sequence in exactly one.
 std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int parts);
+
+// The index of `nano` among `nanos` (matched by its first sequence). Throws kInvalidArgument
+// when it is not one of them.
+int nano_batch_index(std::span<const NanoBatch> nanos, const NanoBatch& nano);
 
 class ScheduleContext {
  public:
