@@ -49,7 +49,10 @@ void check_table_name(const std::string& name, const std::string& what) {
 void write_table_lines(const std::string& path, const std::string& header,
                        const std::vector<std::string>& rows, const std::string& what) {
   const std::filesystem::path file(path);
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path());
+  std::error_code error;
+  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), error);
+  TESSERA_CHECK(!error, ErrorCode::kSystem, what, " ", path, ": cannot make its directory (",
+                error.message(), ")");
   std::ofstream out(path, std::ios::trunc);
   TESSERA_CHECK(bool(out), ErrorCode::kSystem, what, " ", path, ": cannot write");
   out << "# " << header << '\n';

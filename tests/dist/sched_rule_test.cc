@@ -74,6 +74,16 @@ TEST(SchedRule, MalformedRowsAreRefusedNamingTheLine) {
                Error);
   EXPECT_THROW(sched::write_sched_tune_table(path, {{"a\tb", 4, 8192, 2048, "nanoflow", 1.0}}),
                Error);
+  // A table whose directory cannot be made (a file stands in its place): a Tessera error naming
+  // the table, not a filesystem exception.
+  try {
+    sched::write_sched_tune_table(path + "/inside/table.tsv", measured());
+    ADD_FAILURE() << "a table under a file was written";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kSystem);
+    EXPECT_NE(std::string(e.what()).find("cannot make its directory"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(SchedRule, PicksTheFastestAtTheNearestMeasuredCountWithinAFactorOfTwo) {

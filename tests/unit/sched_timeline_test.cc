@@ -2,9 +2,11 @@
 // labels are escaped, a fused group is named by its first step.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "tessera/core/error.h"
 #include "tessera/sched/timeline.h"
 
 namespace tessera::sched {
@@ -59,6 +61,25 @@ TEST(SchedTimeline, AnEmptyTimelineStillMakesAPlot) {
   const std::vector<Timeline> none{Timeline{"nothing ran", {}}};
   EXPECT_NE(timeline_svg(none).find("nothing ran"), std::string::npos);
   EXPECT_NE(timeline_trace_json(none).find("traceEvents"), std::string::npos);
+}
+
+TEST(SchedTimeline, WritesBothFilesAndNamesOneItCannotWrite) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / "tessera_timeline_test";
+  std::filesystem::remove_all(dir);
+  const std::vector<Timeline> t = two_timelines();
+  write_timelines((dir / "step").string(), t);
+  EXPECT_TRUE(std::filesystem::exists(dir / "step.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "step.svg"));
+  try {
+    write_timelines((dir / "step.json" / "under_a_file").string(), t);
+    ADD_FAILURE() << "a timeline under a file was written";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kSystem);
+    EXPECT_NE(std::string(e.what()).find("step.json/under_a_file.json"), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
