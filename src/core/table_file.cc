@@ -46,17 +46,22 @@ void check_table_name(const std::string& name, const std::string& what) {
       what, " = '", name, "': expected a name without tabs or line breaks, not starting with '#'");
 }
 
-void write_table_lines(const std::string& path, const std::string& header,
-                       const std::vector<std::string>& rows, const std::string& what) {
+void write_text_file(const std::string& path, const std::string& text, const std::string& what) {
   const std::filesystem::path file(path);
   std::error_code error;
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), error);
   TESSERA_CHECK(!error, ErrorCode::kSystem, what, " ", path, ": cannot make its directory (",
                 error.message(), ")");
   std::ofstream out(path, std::ios::trunc);
+  out << text;
   TESSERA_CHECK(bool(out), ErrorCode::kSystem, what, " ", path, ": cannot write");
-  out << "# " << header << '\n';
-  for (const std::string& row : rows) out << row << '\n';
+}
+
+void write_table_lines(const std::string& path, const std::string& header,
+                       const std::vector<std::string>& rows, const std::string& what) {
+  std::string text = "# " + header + "\n";
+  for (const std::string& row : rows) text += row + "\n";
+  write_text_file(path, text, what);
 }
 
 }  // namespace tessera

@@ -3,11 +3,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "tessera/core/error.h"
+#include "tessera/core/table_file.h"
 
 namespace tessera::sched {
 
@@ -43,17 +42,6 @@ std::string number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", v);
   return buf;
-}
-
-void write_file(const std::string& path, const std::string& text) {
-  const std::filesystem::path file(path);
-  std::error_code error;
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), error);
-  TESSERA_CHECK(!error, ErrorCode::kSystem, "timeline ", path, ": cannot make its directory (",
-                error.message(), ")");
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  TESSERA_CHECK(bool(out), ErrorCode::kSystem, "timeline ", path, ": cannot write");
 }
 
 }  // namespace
@@ -139,8 +127,8 @@ std::string timeline_svg(std::span<const Timeline> timelines) {
 }
 
 void write_timelines(const std::string& path_prefix, std::span<const Timeline> timelines) {
-  write_file(path_prefix + ".json", timeline_trace_json(timelines));
-  write_file(path_prefix + ".svg", timeline_svg(timelines));
+  write_text_file(path_prefix + ".json", timeline_trace_json(timelines), "timeline");
+  write_text_file(path_prefix + ".svg", timeline_svg(timelines), "timeline");
 }
 
 }  // namespace tessera::sched

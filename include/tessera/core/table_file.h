@@ -27,6 +27,11 @@ bool parse_table_time(const std::string& text, double& value);
 // or line break, not starting with '#'.
 void check_table_name(const std::string& name, const std::string& what);
 
+// Replaces the file at `path` (creating its folder) with `text`. Throws kSystem naming `what`
+// and the file when it cannot (the tables below; other text files, as the scheduler's
+// timelines, too).
+void write_text_file(const std::string& path, const std::string& text, const std::string& what);
+
 // Replaces the file at `path` (creating its folder) with `header` as a comment line, then
 // `rows`, each a line of tab-separated fields. Throws kSystem naming `what` when it cannot.
 void write_table_lines(const std::string& path, const std::string& header,
