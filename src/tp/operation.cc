@@ -122,8 +122,17 @@ void TpOperation::Impl::check_same_plan_everywhere() {
   }
 }
 
+namespace {
+
+// ceil(M / P): the padded share of the collectives.
+int64_t padded_share(const TpRequest& r) {
+  return (r.m + r.world_size - 1) / r.world_size;
+}
+
+}  // namespace
+
 int64_t TpOperation::Impl::max_share() const {
-  return (plan.request.m + world - 1) / world;
+  return padded_share(plan.request);
 }
 
 gemm::detail::WeightOperand TpOperation::Impl::weight(const TensorView& b) const {
@@ -154,7 +163,7 @@ struct FusedBufferBytes {
 FusedBufferBytes fused_buffer_bytes(const TpPlan& plan) {
   const TpRequest& r = plan.request;
   const size_t in_elem = dtype_size(r.dtype), out_elem = dtype_size(r.out_dtype);
-  const size_t p = size_t(r.world_size), share = size_t((r.m + r.world_size - 1) / r.world_size);
+  const size_t p = size_t(r.world_size), share = size_t(padded_share(r));
   auto at_least_one = [](size_t bytes) { return std::max<size_t>(bytes, 1); };
   FusedBufferBytes b;
   switch (r.op) {
