@@ -103,8 +103,8 @@ def attention_fp8(q, k, v, descale_q, descale_k, descale_v, *, out=None, out_dty
     if out is None and _framework(q) == "torch":
         torch = sys.modules["torch"]
         out = torch.empty(tuple(q.shape), dtype=getattr(torch, out_dtype), device=q.device)
-    elif out is None and _dtype_code(out_dtype) is not None:
-        out = _new_array(q, tuple(q.shape), _dtype_code(out_dtype))
+    elif out is None and (code := _dtype_code(out_dtype)) is not None:
+        out = _new_array(q, tuple(q.shape), code)
     if stream is None:
         stream = _default_stream(q)
     workspace = _new_bytes(q, _C.fp8_workspace_bytes(_exported(v), stream=stream))

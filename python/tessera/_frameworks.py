@@ -98,12 +98,13 @@ def new_output(sample: Any) -> Any:
 
 
 _TORCH_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_DTYPE_CODES = {full: code for code, full in _TORCH_DTYPES.items()}
 
 
 def dtype_code(name: str) -> str | None:
     """Tessera's code for a dtype name ("bfloat16" -> "bf16"); None for a name it does not
     know (the extension then names the argument)."""
-    return {full: code for code, full in _TORCH_DTYPES.items()}.get(name)
+    return _DTYPE_CODES.get(name)
 
 
 def new_array(sample: Any, shape: tuple, dtype: str) -> Any:
