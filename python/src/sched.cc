@@ -1,13 +1,14 @@
 // tessera.sched: the operator scheduler (sched/schedule.h) from Python. Built-in strategies are
-// named ("sequential", "nanoflow", "dual_batch", "tokenweave"); a strategy written in Python is
-// an object with split(lengths) and schedule(ctx) that the model runtime calls inside a forward
-// (tessera.model.Llama.forward(..., strategy=...)):
+// named ("sequential", "nanoflow", "dual_batch", "single_batch", "tokenweave"); a strategy written
+// in Python is an object with split(lengths) and schedule(ctx) that the model runtime calls inside
+// a forward (tessera.model.Llama.forward(..., strategy=...)):
 //   split(lengths)  lengths: each sequence's new tokens, in batch order; returns how many
 //                   consecutive sequences each nano-batch takes (a list of ints), or None for one
 //   schedule(ctx)   runs every step through ctx.ready(n) / ctx.run(n, step) / ctx.run_next(n) /
-//                   ctx.run_fused(n, step, count) until ctx.finished
+//                   ctx.run_fused(n, step, group, chunks=1) until ctx.finished
 //   fused_groups    (optional) the kinds of fused group schedule() runs through run_fused:
-//                   "all_reduce_norm", "row_parallel_pair"; run_fused refuses any other
+//                   "all_reduce_norm", "row_parallel_pair", "row_parallel_pipelined";
+//                   run_fused refuses any other
 // A step is (layer, op) with op one of llama_op_name's names. The ScheduleContext lives only
 // while schedule() runs; a handle kept past that raises.
 #include <nanobind/stl/optional.h>
@@ -77,11 +78,13 @@ std::vector<sched::NanoBatch> nano_batches(const model::PackedBatch& batch,
 }
 
 // A Python strategy's fused_groups names.
-model::FusedGroup fused_group_argument(const std::string& name) {
+model::FusedGroup fused_group_argument(const std::string& name, const char* what) {
   if (name == "all_reduce_norm") return model::FusedGroup::kAllReduceNorm;
   if (name == "row_parallel_pair") return model::FusedGroup::kRowParallelPair;
+  if (name == "row_parallel_pipelined") return model::FusedGroup::kRowParallelPipelined;
   throw_error(ErrorCode::kInvalidArgument,
-              str("fused_groups: '", name, "': expected all_reduce_norm or row_parallel_pair"));
+              str(what, ": '", name,
+                  "': expected all_reduce_norm, row_parallel_pair or row_parallel_pipelined"));
 }
 
 std::vector<int64_t> lengths_of(const model::PackedBatch& batch) {
@@ -133,7 +136,7 @@ std::vector<model::FusedGroup> PythonStrategy::fused_groups() const {
                     Py_TYPE(names.ptr())->tp_name,
                     " object: expected a list of names (all_reduce_norm, row_parallel_pair)");
   std::vector<model::FusedGroup> out;
-  for (const std::string& name : list) out.push_back(fused_group_argument(name));
+  for (const std::string& name : list) out.push_back(fused_group_argument(name, "fused_groups"));
   return out;
 }
 
@@ -182,12 +185,16 @@ void bind_sched(nb::module_& m) {
           "Runs ready(n).")
       .def(
           "run_fused",
-          [](const ScheduleView& v, int n, const PyStep& first, int count) {
-            v.ref->get().run_fused(n, step_argument(first), count);
+          [](const ScheduleView& v, int n, const PyStep& first, const std::string& group,
+             int chunks) {
+            v.ref->get().run_fused(n, step_argument(first), fused_group_argument(group, "group"),
+                                   chunks);
           },
-          nb::arg("n"), nb::arg("first"), nb::arg("count"),
-          "Runs `count` steps of nano-batch n's chain from `first` as one fused operation (the "
-          "model's: an all-reduce with the RMSNorm after it).")
+          nb::arg("n"), nb::arg("first"), nb::arg("group"), nb::arg("chunks") = 1,
+          "Runs the two steps of nano-batch n's chain from `first` as one fused operation of kind "
+          "`group` (the model's): 'all_reduce_norm' (an all-reduce with the RMSNorm after it), "
+          "'row_parallel_pair' (a row-parallel GEMM and its all-reduce as GEMM+ReduceScatter) or "
+          "'row_parallel_pipelined' (that pair in `chunks` row chunks).")
       .def_prop_ro(
           "finished", [](const ScheduleView& v) { return v.ref->get().finished(); },
           "Whether every nano-batch's chain is done.")

@@ -22,7 +22,8 @@ class PythonStrategy final : public sched::Strategy {
   std::string name() const override;
   std::vector<sched::NanoBatch> split(const model::PackedBatch& batch) const override;
   void schedule(sched::ScheduleContext& ctx) const override;
-  // The object's optional `fused_groups` names ("all_reduce_norm", "row_parallel_pair").
+  // The object's optional `fused_groups` names ("all_reduce_norm", "row_parallel_pair",
+  // "row_parallel_pipelined").
   std::vector<model::FusedGroup> fused_groups() const override;
 
  private:

@@ -1,8 +1,8 @@
 """tessera.sched from Python: every built-in strategy and strategies written here (alternating
-nano-batches, an all-reduce fused with its norm) give bitwise the logits of the plain forward
-of tessera.model.Llama; the steps run as the strategy said; a step run too early, a context
-kept too long, a bad split and an object that is no strategy raise, naming what is wrong; a
-step whose strategy fails caches nothing."""
+nano-batches, an all-reduce fused with its norm, row-parallel pairs in row chunks) give bitwise
+the logits of the plain forward of tessera.model.Llama; the steps run as the strategy said; a
+step run too early, a context kept too long, a bad split, an unknown fused group and an object
+that is no strategy raise, naming what is wrong; a step whose strategy fails caches nothing."""
 
 import numpy as np
 import pytest
@@ -54,7 +54,24 @@ class FusedAllReduceNorm:
             step = ctx.ready(0)
             layer, op = step
             if op == "o_all_reduce":
-                ctx.run_fused(0, step, 2)  # with mlp_norm
+                ctx.run_fused(0, step, "all_reduce_norm")  # with mlp_norm
+            else:
+                ctx.run(0, step)
+
+
+class PipelinedRowParallel:
+    """One nano-batch; each row-parallel GEMM and its all-reduce in three row chunks."""
+
+    fused_groups = ["row_parallel_pipelined"]
+
+    def split(self, lengths):
+        return None
+
+    def schedule(self, ctx):
+        while not ctx.finished:
+            step = ctx.ready(0)
+            if step[1] in ("o_proj", "down"):
+                ctx.run_fused(0, step, "row_parallel_pipelined", chunks=3)
             else:
                 ctx.run(0, step)
 
@@ -62,12 +79,13 @@ class FusedAllReduceNorm:
 def test_every_order_gives_the_same_logits():
     want = logits(None)
     assert set(tessera.sched.strategies()) == {"sequential", "nanoflow", "dual_batch",
-                                               "tokenweave"}
+                                               "single_batch", "tokenweave"}
     for name in tessera.sched.strategies():
         assert np.array_equal(logits(name), want), name
     alternate = Alternate()
     assert np.array_equal(logits(alternate), want)
     assert np.array_equal(logits(FusedAllReduceNorm()), want)
+    assert np.array_equal(logits(PipelinedRowParallel()), want)
     # The prefill made two nano-batches whose steps interleave, every step once.
     trace = alternate.traces[0]
     assert {n for n, _, _ in trace} == {0, 1}
@@ -160,8 +178,12 @@ def test_bad_strategies_say_what_is_wrong():
     # Fused groups: only the kinds a strategy lists in fused_groups, known names only.
     undeclared = FusedAllReduceNorm()
     undeclared.fused_groups = None
-    with pytest.raises(tessera.InvalidArgumentError, match="which the strategy did not declare"):
+    with pytest.raises(tessera.InvalidArgumentError, match="the strategy did not declare"):
         run_once(undeclared)
+    unknown = PipelinedRowParallel()
+    unknown.schedule = lambda ctx: ctx.run_fused(0, ctx.ready(0), "fused")
+    with pytest.raises(tessera.InvalidArgumentError, match="group: 'fused': expected all_reduce_norm"):
+        run_once(unknown)
     undeclared.fused_groups = ["all_reduce"]
     with pytest.raises(tessera.InvalidArgumentError, match="fused_groups: 'all_reduce': expected"):
         run_once(undeclared)

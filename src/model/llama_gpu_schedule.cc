@@ -84,14 +84,30 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
         traced(n, op, 1, where.stream.value_or(llama_op_kind(op.op)), on,
                [&] { run_op(op.layer, op.op, parts[n], on, sms); });
       },
-      // The one fused group a layer has: an all-reduce and the RMSNorm that reads it, on the
-      // network stream.
-      [&](const sched::NanoBatch& nano, sched::Step first, int count) {
-        const AllReduceNorm g =
-            all_reduce_norm_group(first.layer, first.op, count, shapes.num_layers);
-        const size_t n = enter(nano, *network_stream);
-        traced(n, first, count, OpKind::kNetwork, *network_stream,
-               [&] { run_all_reduce_norm(g.layer, g.norm, parts[n], *network_stream); });
+      // The fused groups the GPU model builds (execute() refused the others before the step).
+      [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group, int chunks) {
+        if (group == FusedGroup::kAllReduceNorm) {  // on the network stream
+          const AllReduceNorm g = all_reduce_norm_group(first.layer, first.op, shapes.num_layers);
+          const size_t n = enter(nano, *network_stream);
+          return traced(n, first, kFusedGroupSteps, OpKind::kNetwork, *network_stream,
+                        [&] { run_all_reduce_norm(g.layer, g.norm, parts[n], *network_stream); });
+        }
+        // kRowParallelPipelined: each chunk's GEMM on the compute stream, its all-reduce on the
+        // network stream once the chunk's rows are written, beside the next chunk's GEMM; the
+        // nano-batch's next operation waits for the last all-reduce.
+        const sched::Step reduce{first.layer, LlamaOp(int(first.op) + 1)};
+        const size_t n = enter(nano, *compute_stream);
+        for (int i = 0; i < chunks; ++i) {
+          const RowChunk c = row_chunk(parts[n].tokens, chunks, i);
+          const Part rows{parts[n].first_row + c.begin, c.count, {}, {}};
+          traced(n, first, 1, OpKind::kCompute, *compute_stream,
+                 [&] { run_op(first.layer, first.op, rows, *compute_stream); });
+          hop->record(*compute_stream);
+          hop->wait_on(*network_stream);
+          traced(n, reduce, 1, OpKind::kNetwork, *network_stream,
+                 [&] { run_op(reduce.layer, reduce.op, rows, *network_stream); });
+        }
+        last[n] = &*network_stream;
       },
       comm == nullptr ? 1 : comm->size(), strategy.fused_groups());
   strategy.schedule(ctx);

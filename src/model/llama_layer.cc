@@ -114,33 +114,36 @@ OpKind llama_op_kind(LlamaOp op) {
   }
 }
 
-AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int count, int64_t layers) {
+AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int64_t layers) {
   const bool after_attention = first == LlamaOp::kOAllReduce;
   const int64_t norm_layer = after_attention ? layer : layer + 1;
-  TESSERA_CHECK_ARG(count == 2 && (after_attention || first == LlamaOp::kMlpAllReduce) &&
-                        norm_layer < layers,
-                    "no fused form of ", count, " steps from layer ", layer, " ",
-                    llama_op_name(first), ": expected an all-reduce and the RMSNorm after it");
+  TESSERA_CHECK_ARG((after_attention || first == LlamaOp::kMlpAllReduce) && norm_layer < layers,
+                    "no all-reduce+RMSNorm group from layer ", layer, " ", llama_op_name(first),
+                    ": expected an all-reduce with an RMSNorm after it");
   return {norm_layer, after_attention ? LlamaOp::kMlpNorm : LlamaOp::kAttnNorm};
 }
 
-bool is_row_parallel_pair(LlamaOp first, int count) {
-  return count == 2 && (first == LlamaOp::kOProj || first == LlamaOp::kDown);
-}
-
-std::optional<FusedGroup> fused_group_of(LlamaOp first, int count) {
-  if (is_row_parallel_pair(first, count)) return FusedGroup::kRowParallelPair;
-  if (count == 2 && (first == LlamaOp::kOAllReduce || first == LlamaOp::kMlpAllReduce))
-    return FusedGroup::kAllReduceNorm;
-  return std::nullopt;
+bool fused_group_starts_at(FusedGroup group, LlamaOp first) {
+  if (group == FusedGroup::kAllReduceNorm)
+    return first == LlamaOp::kOAllReduce || first == LlamaOp::kMlpAllReduce;
+  return first == LlamaOp::kOProj || first == LlamaOp::kDown;
 }
 
 const char* fused_group_name(FusedGroup group) {
   switch (group) {
     case FusedGroup::kAllReduceNorm: return "all-reduce+RMSNorm";
     case FusedGroup::kRowParallelPair: return "row-parallel GEMM+all-reduce";
+    case FusedGroup::kRowParallelPipelined:
+      return "row-parallel GEMM+all-reduce in row chunks";
   }
   return "?";
+}
+
+RowChunk row_chunk(int64_t rows, int chunks, int i) {
+  TESSERA_CHECK_ARG(chunks >= 1 && i >= 0 && i < chunks, "row_chunk: chunk ", i, " of ", chunks,
+                    ": expected 0 <= chunk < chunks");
+  const int64_t begin = rows * i / chunks;
+  return {begin, rows * (i + 1) / chunks - begin};
 }
 
 void LlamaLayerBuffers::resize(const LlamaShapes& s, int64_t tokens) {
@@ -336,6 +339,33 @@ void LlamaLayer::run_row_parallel_fused(LlamaOp gemm, const PackedBatch& batch,
   for (int q = 0; q < p; ++q) {
     const tp::RowRange rows = tp::row_range(t, p, q);
     std::copy_n(all.begin() + q * share * c, rows.count * c, x.begin() + (r0 + rows.begin) * c);
+  }
+}
+
+void LlamaLayer::run_row_parallel_pipelined(LlamaOp gemm, const PackedBatch& batch,
+                                            SequenceRange range, int chunks, std::vector<float>& x,
+                                            LlamaLayerBuffers& buf, Communicator* comm,
+                                            const Stream& stream) const {
+  TESSERA_CHECK_ARG(gemm == LlamaOp::kOProj || gemm == LlamaOp::kDown,
+                    "LlamaLayer::run_row_parallel_pipelined: gemm = ", llama_op_name(gemm),
+                    ": expected o_proj or down");
+  TESSERA_CHECK_ARG(chunks >= 1, "LlamaLayer::run_row_parallel_pipelined: chunks = ", chunks,
+                    ": expected >= 1");
+  const Rows span = rows_of(batch, range);
+  const bool attention = gemm == LlamaOp::kOProj;
+  const int64_t c = shapes_.hidden, k = attention ? shapes_.q_width() : shapes_.intermediate;
+  const std::vector<float>& in = attention ? buf.attn : buf.gate;
+  const std::vector<float>& w = attention ? w_.o : w_.down;
+  const Device cpu = Device::cpu();
+  for (int i = 0; i < chunks; ++i) {
+    const RowChunk chunk = row_chunk(span.count, chunks, i);
+    if (chunk.count == 0) continue;
+    const int64_t r0 = span.first + chunk.begin;
+    linear(in.data() + r0 * k, chunk.count, k, w, {}, buf.partial.data() + r0 * c, c, stream);
+    auto rows = [&](std::vector<float>& b) {
+      return TensorView(b.data() + r0 * c, DType::kF32, cpu, {chunk.count, c});
+    };
+    sum_over_ranks(rows(buf.partial), rows(x), comm, stream);
   }
 }
 

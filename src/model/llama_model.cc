@@ -176,19 +176,26 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
     auto range = [](const sched::NanoBatch& nano) {
       return SequenceRange{nano.first_seq, nano.first_seq + nano.num_seqs};
     };
-    // The fused groups: a row-parallel GEMM and its all-reduce (flux), an all-reduce and the
-    // RMSNorm that reads it (tokenweave).
-    auto run_fused_group = [&](const sched::NanoBatch& nano, sched::Step first, int count) {
-      if (is_row_parallel_pair(first.op, count)) {
-        layers_[size_t(first.layer)].run_row_parallel_fused(
-            first.op, batch, range(nano), x, buffers, row_parallel_op(first.op, nano.rows), *comm_,
-            stream_);
-        return;
+    // The fused groups: a row-parallel GEMM and its all-reduce as GEMM+ReduceScatter (flux) or
+    // in row chunks (single_batch), an all-reduce and the RMSNorm that reads it (tokenweave).
+    auto run_fused_group = [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group,
+                               int chunks) {
+      const LlamaLayer& layer = layers_[size_t(first.layer)];
+      switch (group) {
+        case FusedGroup::kRowParallelPair:
+          return layer.run_row_parallel_fused(first.op, batch, range(nano), x, buffers,
+                                              row_parallel_op(first.op, nano.rows), *comm_,
+                                              stream_);
+        case FusedGroup::kRowParallelPipelined:
+          return layer.run_row_parallel_pipelined(first.op, batch, range(nano), chunks, x, buffers,
+                                                  comm_, stream_);
+        case FusedGroup::kAllReduceNorm: {
+          const AllReduceNorm g =
+              all_reduce_norm_group(first.layer, first.op, int64_t(layers_.size()));
+          return layers_[size_t(g.layer)].run_all_reduce_norm(g.norm, batch, range(nano), x,
+                                                              residual, buffers, comm_, stream_);
+        }
       }
-      const AllReduceNorm g =
-          all_reduce_norm_group(first.layer, first.op, count, int64_t(layers_.size()));
-      layers_[size_t(g.layer)].run_all_reduce_norm(g.norm, batch, range(nano), x, residual, buffers,
-                                                   comm_, stream_);
     };
     const std::vector<sched::NanoBatch> nanos = strategy.split(batch);
     if (timeline_) timeline_->spans.clear();
@@ -215,10 +222,10 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
                                                cache_, comm_, stream_);
           });
         },
-        [&](const sched::NanoBatch& nano, sched::Step first, int count) {
-          traced(nano, first, count,
-                 is_row_parallel_pair(first.op, count) ? OpKind::kCompute : OpKind::kNetwork,
-                 [&] { run_fused_group(nano, first, count); });
+        [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group, int chunks) {
+          traced(nano, first, kFusedGroupSteps,
+                 group == FusedGroup::kAllReduceNorm ? OpKind::kNetwork : OpKind::kCompute,
+                 [&] { run_fused_group(nano, first, group, chunks); });
         },
         comm_ == nullptr ? 1 : comm_->size(), strategy.fused_groups());
     strategy.schedule(ctx);

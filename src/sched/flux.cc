@@ -13,8 +13,9 @@ std::vector<NanoBatch> FluxStrategy::split(const model::PackedBatch& batch) cons
 void FluxStrategy::schedule(ScheduleContext& ctx) const {
   for (int n = 0; n < ctx.num_nano_batches(); ++n) {
     while (const std::optional<Step> s = ctx.ready(n)) {
-      if (ctx.group_size() > 1 && model::is_row_parallel_pair(s->op, 2))
-        ctx.run_fused(n, *s, 2);
+      if (ctx.group_size() > 1 &&
+          model::fused_group_starts_at(model::FusedGroup::kRowParallelPair, s->op))
+        ctx.run_fused(n, *s, model::FusedGroup::kRowParallelPair);
       else
         ctx.run_next(n, {model::OpKind::kCompute});
     }

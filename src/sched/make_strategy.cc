@@ -32,23 +32,44 @@ bool parse_nanoflow(const std::string& name, int& percent, int& shared_gemms) {
   return true;
 }
 
+// "single_batch" or "single_batch:R" (R: the rows of a chunk, 1 to 2^20); false for other
+// names.
+bool parse_single_batch(const std::string& name, int64_t& chunk_rows) {
+  constexpr std::string_view kName = "single_batch";
+  chunk_rows = kSingleBatchChunkRows;
+  if (name == kName) return true;
+  if (!name.starts_with(std::string(kName) + ":")) return false;
+  const char* first = name.data() + kName.size() + 1;
+  const char* last = name.data() + name.size();
+  const auto [end, error] = std::from_chars(first, last, chunk_rows);
+  TESSERA_CHECK_ARG(error == std::errc() && end == last && end != first && chunk_rows >= 1 &&
+                        chunk_rows <= (int64_t(1) << 20),
+                    "strategy = '", name,
+                    "': expected single_batch:R with R the rows of a chunk, 1 to 1048576");
+  return true;
+}
+
 }  // namespace
 
 std::vector<std::string> strategy_names() {
-  return {"sequential", "nanoflow", "dual_batch", "tokenweave"};
+  return {"sequential", "nanoflow", "dual_batch", "single_batch", "tokenweave"};
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name) {
   int percent = 0, shared_gemms = 0;
+  int64_t chunk_rows = 0;
   if (name == "sequential") return std::make_unique<SequentialStrategy>();
   if (parse_nanoflow(name, percent, shared_gemms))
     return std::make_unique<NanoFlowStrategy>(percent, shared_gemms);
   if (name == "dual_batch") return std::make_unique<DualBatchStrategy>();
+  if (parse_single_batch(name, chunk_rows))
+    return std::make_unique<SingleBatchStrategy>(chunk_rows);
   if (name == "tokenweave") return std::make_unique<TokenWeaveStrategy>();
   if (name == "flux") return std::make_unique<FluxStrategy>();
   throw_error(ErrorCode::kInvalidArgument,
               str("strategy = '", name,
-                  "': expected sequential, nanoflow[:P[:W]], dual_batch, tokenweave or flux"));
+                  "': expected sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R], "
+                  "tokenweave or flux"));
 }
 
 bool known_strategy(const std::string& name) {

@@ -77,11 +77,13 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
                     parse_table_count(f[3], int64_t(1) << 40, e.tokens) && known_strategy(f[4]) &&
                     parse_table_time(f[5], e.median_us);
     if (!ok) {
-      throw_error(ErrorCode::kInvalidArgument,
-                  str(path, ":", line.number, ": '", line.text,
-                      "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
-                      "sequential, nanoflow[:P[:W]], dual_batch or tokenweave) and median_us (> 0) "
-                      "separated by tabs"));
+      throw_error(
+          ErrorCode::kInvalidArgument,
+          str(path, ":", line.number, ": '", line.text,
+              "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
+              "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R] or tokenweave) and "
+              "median_us (> 0) "
+              "separated by tabs"));
     }
     e.gpu = f[0];
     e.ranks = int(ranks);
@@ -151,12 +153,14 @@ std::unique_ptr<Strategy> make_rule_strategy(RuleKey key, std::vector<SchedTuneE
 std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const RuleKey& key) {
   if (name == "auto")
     return make_rule_strategy(key, read_sched_tune_table(sched_tune_table_path()));
-  // A known name, or nanoflow with a share: make_strategy names what is wrong with the share.
-  if (known_strategy(name) || name.starts_with("nanoflow:")) return make_strategy(name);
+  // A known name, or one with a parameter: make_strategy names what is wrong with it.
+  if (known_strategy(name) || name.starts_with("nanoflow:") || name.starts_with("single_batch:"))
+    return make_strategy(name);
   throw_error(
       ErrorCode::kInvalidArgument,
       str("strategy = '", name,
-          "': expected sequential, nanoflow[:P[:W]], dual_batch, tokenweave or auto (the rule)"));
+          "': expected sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R], tokenweave or "
+          "auto (the rule)"));
 }
 
 }  // namespace tessera::sched

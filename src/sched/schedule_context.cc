@@ -91,28 +91,30 @@ void ScheduleContext::run(int n, Step step, const Placement& where) {
   trace_.push_back({n, step});
 }
 
-void ScheduleContext::run_fused(int n, Step first, int count) {
+void ScheduleContext::run_fused(int n, Step first, model::FusedGroup group, int chunks) {
   check_ready(n, first);
-  TESSERA_CHECK_ARG(count >= 1 && next_[size_t(n)] + count <= layers_ * model::kLlamaOps,
-                    "nano-batch ", n, ": ", count, " fused steps from layer ", first.layer, " ",
-                    model::llama_op_name(first.op), ": past the end of its chain");
-  if (declared_) {
-    const std::optional<model::FusedGroup> kind = model::fused_group_of(first.op, count);
-    TESSERA_CHECK_ARG(kind && std::find(declared_->begin(), declared_->end(), *kind) != declared_->end(),
-                      "nano-batch ", n, ": ", count, " fused steps from layer ", first.layer, " ",
-                      model::llama_op_name(first.op), ": ",
-                      kind ? str("a ", model::fused_group_name(*kind),
-                                 " group, which the strategy did not declare (Strategy::fused_groups)")
-                           : std::string("no fused group"));
-  }
-  TESSERA_CHECK_ARG(bool(execute_fused_), "nano-batch ", n,
+  const auto group_from = [&] {
+    return str("nano-batch ", n, ": a ", model::fused_group_name(group), " group from layer ",
+               first.layer, " ", model::llama_op_name(first.op));
+  };
+  TESSERA_CHECK_ARG(next_[size_t(n)] + model::kFusedGroupSteps <= layers_ * model::kLlamaOps,
+                    group_from(), ": past the end of its chain");
+  TESSERA_CHECK_ARG(model::fused_group_starts_at(group, first.op), group_from(),
+                    ": no such group starts there");
+  TESSERA_CHECK_ARG(
+      !declared_ || std::find(declared_->begin(), declared_->end(), group) != declared_->end(),
+      group_from(), ": the strategy did not declare that kind (Strategy::fused_groups)");
+  const int most_chunks = group == model::FusedGroup::kRowParallelPipelined ? 64 : 1;
+  TESSERA_CHECK_ARG(chunks >= 1 && chunks <= most_chunks, group_from(), ": chunks = ", chunks,
+                    ": expected 1 to ", most_chunks);
+  TESSERA_CHECK_ARG(bool(execute_fused_), group_from(),
                     ": a fused operation asked for, but the model gave no fused executor");
-  execute_fused_(nanos_[size_t(n)], first, count);
+  execute_fused_(nanos_[size_t(n)], first, group, chunks);
   Step step = first;
-  for (int i = 0; i < count; ++i) {
+  for (int i = 0; i < model::kFusedGroupSteps; ++i) {
     trace_.push_back({n, step});
     ++next_[size_t(n)];
-    if (i + 1 < count) step = *after(step);
+    if (i + 1 < model::kFusedGroupSteps) step = *after(step);
   }
 }
 

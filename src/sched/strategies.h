@@ -13,6 +13,12 @@ inline constexpr int64_t kNanoFlowMinTokens = 64;
 // share slower, since the split-KV attention on the rest gains less than the GEMMs lose.
 inline constexpr int kNanoFlowGemmSmPercent = 100;
 
+// Single-batch overlap pipelines a row-parallel pair in chunks of at least this many rows (a
+// chunk's GEMM reads the whole weight again; fewer rows would not pay for it), at most
+// kSingleBatchMaxChunks of them.
+inline constexpr int64_t kSingleBatchChunkRows = 1024;
+inline constexpr int kSingleBatchMaxChunks = 8;
+
 class SequentialStrategy final : public Strategy {
  public:
   std::string name() const override { return "sequential"; }
@@ -50,6 +56,23 @@ class TokenWeaveStrategy final : public Strategy {
   std::vector<model::FusedGroup> fused_groups() const override {
     return {model::FusedGroup::kAllReduceNorm};
   }
+};
+
+class SingleBatchStrategy final : public Strategy {
+ public:
+  explicit SingleBatchStrategy(int64_t chunk_rows) : chunk_rows_(chunk_rows) {}
+  std::string name() const override;
+  std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
+  void schedule(ScheduleContext& ctx) const override;
+  std::vector<model::FusedGroup> fused_groups() const override {
+    return {model::FusedGroup::kRowParallelPipelined};
+  }
+  // The row chunks of a row-parallel pair over `rows` rows: one per chunk_rows, at most
+  // kSingleBatchMaxChunks (1: the pair runs unpipelined).
+  int chunks_for(int64_t rows) const;
+
+ private:
+  int64_t chunk_rows_;
 };
 
 class FluxStrategy final : public Strategy {

@@ -22,7 +22,7 @@ void TokenWeaveStrategy::schedule(ScheduleContext& ctx) const {
       const bool norm_next = next && (next->op == model::LlamaOp::kMlpNorm ||
                                       next->op == model::LlamaOp::kAttnNorm);
       if (norm_next)
-        ctx.run_fused(n, *s, 2);
+        ctx.run_fused(n, *s, model::FusedGroup::kAllReduceNorm);
       else
         ctx.run_next(n);
       break;

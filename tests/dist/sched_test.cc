@@ -41,6 +41,8 @@ TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
       std::vector<std::string> names = sched::strategy_names();
       names.push_back("nanoflow:40");  // another share of the multiprocessors: the same order
       names.push_back("flux");         // cpu only so far: not among strategy_names()
+      names.push_back("single_batch:8");  // the prefill's pairs in 8 chunks, the decode's in 1
+      names.push_back("single_batch:1");  // every row a chunk (at most 8)
       for (const std::string& name : names) {
         LlamaModel m = make();
         const auto strategy = sched::make_strategy(name);
@@ -125,28 +127,39 @@ TEST(Scheduler, RunFusedRefusesGroupsTheStrategyDidNotDeclare) {
   auto context = [&](std::optional<std::vector<FusedGroup>> declared) {
     sched::ScheduleContext ctx(
         1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-        [&](const sched::NanoBatch&, sched::Step, int) { ++fused; }, 2, std::move(declared));
+        [&](const sched::NanoBatch&, sched::Step, FusedGroup, int) { ++fused; }, 2,
+        std::move(declared));
     while (ctx.ready(0)->op != LlamaOp::kOProj) ctx.run_next(0);
     return ctx;
   };
   const sched::Step o_proj{0, LlamaOp::kOProj}, o_all_reduce{0, LlamaOp::kOAllReduce};
 
   sched::ScheduleContext none = context(std::vector<FusedGroup>{});
-  expect_error([&] { none.run_fused(0, o_proj, 2); }, ErrorCode::kInvalidArgument,
-               {"nano-batch 0: 2 fused steps from layer 0 o_proj",
-                "row-parallel GEMM+all-reduce group, which the strategy did not declare"});
+  expect_error([&] { none.run_fused(0, o_proj, FusedGroup::kRowParallelPair); },
+               ErrorCode::kInvalidArgument,
+               {"nano-batch 0: a row-parallel GEMM+all-reduce group from layer 0 o_proj",
+                "the strategy did not declare that kind"});
   sched::ScheduleContext norm_only = context(std::vector{FusedGroup::kAllReduceNorm});
-  expect_error([&] { norm_only.run_fused(0, o_proj, 2); }, ErrorCode::kInvalidArgument,
-               {"did not declare"});
-  expect_error([&] { norm_only.run_fused(0, o_proj, 3); }, ErrorCode::kInvalidArgument,
-               {"3 fused steps from layer 0 o_proj: no fused group"});
+  expect_error([&] { norm_only.run_fused(0, o_proj, FusedGroup::kRowParallelPair); },
+               ErrorCode::kInvalidArgument, {"did not declare"});
+  expect_error([&] { norm_only.run_fused(0, o_proj, FusedGroup::kAllReduceNorm); },
+               ErrorCode::kInvalidArgument,
+               {"all-reduce+RMSNorm group from layer 0 o_proj: no such group starts there"});
+  sched::ScheduleContext pipelined = context(std::vector{FusedGroup::kRowParallelPipelined});
+  for (int chunks : {0, 65})
+    expect_error([&] { pipelined.run_fused(0, o_proj, FusedGroup::kRowParallelPipelined, chunks); },
+                 ErrorCode::kInvalidArgument, {str("chunks = ", chunks, ": expected 1 to 64")});
   EXPECT_EQ(fused, 0);
   norm_only.run_next(0);
-  norm_only.run_fused(0, o_all_reduce, 2);
+  expect_error([&] { norm_only.run_fused(0, o_all_reduce, FusedGroup::kAllReduceNorm, 2); },
+               ErrorCode::kInvalidArgument, {"chunks = 2: expected 1 to 1"});
+  norm_only.run_fused(0, o_all_reduce, FusedGroup::kAllReduceNorm);
   EXPECT_EQ(fused, 1);
-  sched::ScheduleContext unchecked = context(std::nullopt);  // driven by hand: not checked
-  unchecked.run_fused(0, o_proj, 2);
+  pipelined.run_fused(0, o_proj, FusedGroup::kRowParallelPipelined, 64);
   EXPECT_EQ(fused, 2);
+  sched::ScheduleContext unchecked = context(std::nullopt);  // driven by hand: not checked
+  unchecked.run_fused(0, o_proj, FusedGroup::kRowParallelPair);
+  EXPECT_EQ(fused, 3);
 }
 
 TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
@@ -170,7 +183,8 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   EXPECT_TRUE(ctx.finished());
   EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
   expect_error([] { sched::make_strategy("fluxx"); }, ErrorCode::kInvalidArgument,
-               {"strategy = 'fluxx'", "sequential, nanoflow[:P[:W]], dual_batch, tokenweave or flux"});
+               {"strategy = 'fluxx'",
+                "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R], tokenweave or flux"});
   for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x", "nanoflow:60:0",
                           "nanoflow:60:65", "nanoflow:60:", "nanoflow:60:1:2", "nanoflow:60;1"})
     expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
@@ -186,17 +200,23 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   // Fused groups: only from the ready step, only with a fused executor, not past the chain.
   sched::ScheduleContext fused(
       1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-      [](const sched::NanoBatch&, sched::Step, int) {});
-  expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kQkv}, 2); },
-               ErrorCode::kInvalidArgument, {"layer 0 qkv before its input"});
-  expect_error([&] { fused.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 10); },
-               ErrorCode::kInvalidArgument, {"past the end of its chain"});
-  expect_error([&] { ctx.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 1); },
-               ErrorCode::kInvalidArgument, {"after its last operation"});
+      [](const sched::NanoBatch&, sched::Step, model::FusedGroup, int) {});
+  constexpr model::FusedGroup kNorm = model::FusedGroup::kAllReduceNorm;
+  const sched::Step qkv{0, model::LlamaOp::kQkv}, attn_norm{0, model::LlamaOp::kAttnNorm},
+      o_all_reduce{0, model::LlamaOp::kOAllReduce},
+      mlp_all_reduce{0, model::LlamaOp::kMlpAllReduce};
+  expect_error([&] { fused.run_fused(0, qkv, kNorm); }, ErrorCode::kInvalidArgument,
+               {"layer 0 qkv before its input"});
+  while (fused.ready(0)->op != mlp_all_reduce.op) fused.run_next(0);
+  expect_error([&] { fused.run_fused(0, mlp_all_reduce, kNorm); }, ErrorCode::kInvalidArgument,
+               {"past the end of its chain"});
+  expect_error([&] { ctx.run_fused(0, attn_norm, kNorm); }, ErrorCode::kInvalidArgument,
+               {"after its last operation"});
   sched::ScheduleContext plain(
       1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
-  expect_error([&] { plain.run_fused(0, {0, model::LlamaOp::kAttnNorm}, 2); },
-               ErrorCode::kInvalidArgument, {"no fused executor"});
+  while (plain.ready(0)->op != o_all_reduce.op) plain.run_next(0);
+  expect_error([&] { plain.run_fused(0, o_all_reduce, kNorm); }, ErrorCode::kInvalidArgument,
+               {"no fused executor"});
 }
 
 // A strategy that fuses steps that are no fused group (and declares none).
@@ -207,8 +227,9 @@ class FusesTheWrongGroup final : public sched::Strategy {
     return sched::token_balanced_split(b, 1);
   }
   void schedule(sched::ScheduleContext& ctx) const override {
-    ctx.run_next(0);                                 // attn_norm
-    ctx.run_fused(0, {0, model::LlamaOp::kQkv}, 2);  // qkv + attention: no such fused operation
+    ctx.run_next(0);  // attn_norm
+    // qkv + attention: no such fused operation
+    ctx.run_fused(0, {0, model::LlamaOp::kQkv}, model::FusedGroup::kRowParallelPair);
   }
 };
 
@@ -217,7 +238,8 @@ TEST(Scheduler, TheModelRefusesAFusedGroupItHasNoFormOf) {
   LlamaModel m(config, model::random_llama_weights(config, kSeed, 0, 1), {4, 64}, nullptr);
   std::vector<SequenceTokens> in = {{m.add_sequence(), test_tokens(5, 1)}};
   expect_error([&] { m.forward(in, FusesTheWrongGroup()); }, ErrorCode::kInvalidArgument,
-               {"nano-batch 0: 2 fused steps from layer 0 qkv: no fused group"});
+               {"nano-batch 0: a row-parallel GEMM+all-reduce group from layer 0 qkv: no such "
+                "group starts there"});
 }
 
 // Flux runs each row-parallel pair (o_proj + its all-reduce, down + its all-reduce) as one fused
@@ -227,8 +249,9 @@ TEST(Scheduler, FluxFusesEachRowParallelPair) {
     std::vector<model::LlamaOp> fused_first;
     sched::ScheduleContext ctx(
         2, {{0, 1, 0, 40}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-        [&](const sched::NanoBatch&, sched::Step first, int count) {
-          EXPECT_EQ(count, 2);
+        [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup g, int chunks) {
+          EXPECT_EQ(g, model::FusedGroup::kRowParallelPair);
+          EXPECT_EQ(chunks, 1);
           fused_first.push_back(first.op);
         },
         group);
@@ -261,17 +284,16 @@ TEST(Scheduler, StrategiesDeclareTheFusedGroupsTheyRun) {
     const std::vector<model::FusedGroup> declared = strategy->fused_groups();
     std::vector<model::FusedGroup> ran;
     for (int group : {1, 2}) {
+      // Rows enough for single_batch's chunks.
       for (const std::vector<sched::NanoBatch>& nanos :
-           {std::vector<sched::NanoBatch>{{0, 1, 0, 40}},
-            std::vector<sched::NanoBatch>{{0, 1, 0, 40}, {1, 1, 40, 40}}}) {
+           {std::vector<sched::NanoBatch>{{0, 1, 0, 4096}},
+            std::vector<sched::NanoBatch>{{0, 1, 0, 4096}, {1, 1, 4096, 4096}}}) {
         sched::ScheduleContext ctx(
             layers, nanos, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-            [&](const sched::NanoBatch&, sched::Step first, int count) {
-              const std::optional<model::FusedGroup> kind = model::fused_group_of(first.op, count);
-              ASSERT_TRUE(kind.has_value());
-              if (*kind == model::FusedGroup::kAllReduceNorm)
-                (void)model::all_reduce_norm_group(first.layer, first.op, count, layers);
-              ran.push_back(*kind);
+            [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup kind, int) {
+              if (kind == model::FusedGroup::kAllReduceNorm)
+                (void)model::all_reduce_norm_group(first.layer, first.op, layers);
+              ran.push_back(kind);
             },
             group, declared);  // the context refuses an undeclared group itself
         strategy->schedule(ctx);
@@ -300,7 +322,7 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
         [&](const sched::NanoBatch&, sched::Step, const sched::Placement& p) {
           placed.push_back(p);
         },
-        [](const sched::NanoBatch&, sched::Step, int) {}, group_size);
+        [](const sched::NanoBatch&, sched::Step, model::FusedGroup, int) {}, group_size);
     sched::make_strategy(name)->schedule(ctx);
     EXPECT_TRUE(ctx.finished()) << name;
     return ctx.trace();
@@ -384,6 +406,51 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
     EXPECT_EQ(placed[i].stream, OpKind::kCompute);
     EXPECT_EQ(placed[i].gemm_sm_percent, 100);
   }
+}
+
+// Single-batch overlap: one nano-batch in order; across ranks each row-parallel pair runs as one
+// pipelined group of one chunk per chunk_rows rows (at most 8), everything else on the compute
+// stream; with one rank or too few rows for two chunks nothing is fused.
+TEST(Scheduler, SingleBatchPipelinesEachRowParallelPairInRowChunks) {
+  for (const auto& [name, rows, group, chunks] :
+       std::vector<std::tuple<std::string, int64_t, int, int>>{{"single_batch", 4096, 2, 4},
+                                                               {"single_batch", 4096, 1, 1},
+                                                               {"single_batch", 2047, 4, 1},
+                                                               {"single_batch:100", 250, 2, 2},
+                                                               {"single_batch:1", 4096, 2, 8}}) {
+    SCOPED_TRACE(str(name, " on ", rows, " rows, group of ", group));
+    std::vector<std::pair<model::LlamaOp, int>> fused;
+    std::vector<sched::Placement> placed;
+    sched::ScheduleContext ctx(
+        2, {{0, 1, 0, rows}},
+        [&](const sched::NanoBatch&, sched::Step, const sched::Placement& p) {
+          placed.push_back(p);
+        },
+        [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup g, int c) {
+          EXPECT_EQ(g, model::FusedGroup::kRowParallelPipelined);
+          fused.push_back({first.op, c});
+        },
+        group);
+    const auto strategy = sched::make_strategy(name);
+    EXPECT_EQ(strategy->name(), name);
+    EXPECT_EQ(strategy->split(batch_of({rows})).size(), 1u);
+    strategy->schedule(ctx);
+    EXPECT_TRUE(ctx.finished());
+    using model::LlamaOp;
+    const std::vector<std::pair<LlamaOp, int>> want =
+        chunks == 1 ? std::vector<std::pair<LlamaOp, int>>{}
+                    : std::vector<std::pair<LlamaOp, int>>{{LlamaOp::kOProj, chunks},
+                                                           {LlamaOp::kDown, chunks},
+                                                           {LlamaOp::kOProj, chunks},
+                                                           {LlamaOp::kDown, chunks}};
+    EXPECT_EQ(fused, want);
+    EXPECT_EQ(placed.size(), size_t(2 * model::kLlamaOps) - 2 * want.size());
+    for (const sched::Placement& p : placed) EXPECT_EQ(p.stream, model::OpKind::kCompute);
+  }
+  for (const char* bad : {"single_batch:0", "single_batch:", "single_batch:x", "single_batch:8k",
+                          "single_batch:1048577"})
+    expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
+                 {str("strategy = '", bad, "'"), "rows of a chunk, 1 to 1048576"});
 }
 
 }  // namespace

@@ -197,8 +197,9 @@ TEST_F(LlamaGpu, GraphReplayIsBitwiseTheEagerStepAndRunsRepeat) {
 // multiprocessors, or on 60% of them beside the other nano-batch's attention) and dual_batch
 // split a mixed batch in two and match it within bf16 rounding (the GEMM plans see other row
 // counts),
-// as does tokenweave (its fused group is the all-reduce and the norm without a group), and their
-// decode steps replay from graphs bitwise their eager ones.
+// as does tokenweave (its fused group is the all-reduce and the norm without a group), and
+// single_batch (one rank: nothing to pipeline, sequential's order); their decode steps replay
+// from graphs bitwise their eager ones.
 TEST_F(LlamaGpu, StrategiesMatchTheUnscheduledStep) {
   const DecoderConfig config = small_config();
   // A decode next to two prompts (91 rows: nanoflow splits from 64), then 6 decode steps of the
@@ -222,7 +223,8 @@ TEST_F(LlamaGpu, StrategiesMatchTheUnscheduledStep) {
     return all;
   };
   const std::vector<float> plain = run(nullptr, true);
-  for (const char* name : {"sequential", "nanoflow", "nanoflow:60", "dual_batch", "tokenweave"}) {
+  for (const char* name :
+       {"sequential", "nanoflow", "nanoflow:60", "dual_batch", "single_batch:8", "tokenweave"}) {
     SCOPED_TRACE(name);
     const auto strategy = sched::make_strategy(name);
     const std::vector<float> eager = run(strategy.get(), false), graphed = run(strategy.get(), true);
@@ -364,7 +366,10 @@ TEST(LlamaGpuTpWorker, TwoRanksMatchTheReference) {
   // compute, captured in the decode graphs with them; the checks inside run() apply.
   // TokenWeave: each all-reduce and the norm after it as reduce-scatter, the norm on this
   // rank's rows, all-gathers (where a nano-batch's rows divide by 2; the all-reduce elsewhere).
-  for (const char* name : {"dual_batch", "tokenweave"}) {
+  // Single-batch overlap: each row-parallel GEMM and its all-reduce in row chunks of one row
+  // (at most 8; the decode steps' two rows in two), the chunks' all-reduces on the network
+  // stream beside the next chunk's GEMM.
+  for (const char* name : {"dual_batch", "tokenweave", "single_batch:1"}) {
     const auto strategy = sched::make_strategy(name);
     EXPECT_TRUE(run(false, strategy.get()) == run(true, strategy.get()))
         << "rank " << ctx->rank << ": " << name

@@ -231,7 +231,8 @@ int run_llm(const std::vector<std::string>& args, int argc, char** argv) {
                {"fused-decode", "0", "cuda: decode steps through the fused attention-block kernel"},
                {"strategy", "",
                 "order the layers' operations by a scheduler strategy: sequential, nanoflow, "
-                "dual_batch, tokenweave or auto (the rule, TESSERA_SCHED_TUNE_TABLE); default none"},
+                "dual_batch, single_batch, tokenweave or auto (the rule, "
+                "TESSERA_SCHED_TUNE_TABLE); default none"},
                {"logits-out", "",
                 "write sequence 0's prefill logits [prompt, vocab] and its "
                 "generated tokens to this safetensors file"},

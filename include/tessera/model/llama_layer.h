@@ -54,29 +54,37 @@ const char* llama_op_name(LlamaOp op);
 LlamaOp parse_llama_op(std::string_view name, const char* what = "op");
 OpKind llama_op_kind(LlamaOp op);
 
-// The one fused group a layer's chain has: an all-reduce and the RMSNorm that reads it. For
-// `count` steps from layer `layer`'s `first`: the layer the norm belongs to and the norm (the
-// attention all-reduce's is this layer's kMlpNorm, the MLP all-reduce's the next layer's
-// kAttnNorm). Throws kInvalidArgument naming the group when it is not one (`layers`: the chain's).
+// The fused groups of a layer's chain, two steps each: strategies declare those they run
+// (sched::Strategy::fused_groups) and a model refuses, before it runs anything, a strategy that
+// needs one it does not build.
+enum class FusedGroup : uint8_t {
+  kAllReduceNorm,         // an all-reduce and the RMSNorm that reads it (TokenWeave)
+  kRowParallelPair,       // a row-parallel GEMM and its all-reduce as GEMM+ReduceScatter (Flux)
+  kRowParallelPipelined,  // that pair in row chunks, each chunk's all-reduce beside the next
+                          // chunk's GEMM (single-batch overlap)
+};
+inline constexpr int kFusedGroupSteps = 2;
+// Whether a group of `group`'s kind starts at `first` (the row-parallel ones at kOProj and
+// kDown, the all-reduce+norm one at either all-reduce).
+bool fused_group_starts_at(FusedGroup group, LlamaOp first);
+// "all-reduce+RMSNorm", "row-parallel GEMM+all-reduce", "row-parallel GEMM+all-reduce in row
+// chunks"
+const char* fused_group_name(FusedGroup group);
+// The all-reduce+norm group from layer `layer`'s all-reduce `first`: the layer the norm
+// belongs to and the norm (the attention all-reduce's is this layer's kMlpNorm, the MLP
+// all-reduce's the next layer's kAttnNorm). Throws kInvalidArgument naming the group when it
+// is not one (`layers`: the chain's; the last layer's MLP all-reduce has no norm after it).
 struct AllReduceNorm {
   int64_t layer = 0;
   LlamaOp norm = LlamaOp::kAttnNorm;
 };
-AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int count, int64_t layers);
-// The row-parallel pairs Flux fuses: a GEMM whose partial sums the all-reduce after it adds up
-// (kOProj then kOAllReduce, kDown then kMlpAllReduce), `count` steps from `first`.
-bool is_row_parallel_pair(LlamaOp first, int count);
-// The kinds of fused group a layer's chain has: strategies declare those they run
-// (sched::Strategy::fused_groups) and a model refuses, before it runs anything, a strategy that
-// needs one it does not build.
-enum class FusedGroup : uint8_t {
-  kAllReduceNorm,    // all_reduce_norm_group
-  kRowParallelPair,  // is_row_parallel_pair
+AllReduceNorm all_reduce_norm_group(int64_t layer, LlamaOp first, int64_t layers);
+// Rows [begin, begin + count) of chunk i of `chunks` near-equal chunks of `rows` rows (a
+// pipelined row-parallel pair's).
+struct RowChunk {
+  int64_t begin = 0, count = 0;
 };
-// The kind of fused group `count` steps from `first` are, if they are one (the all-reduce+norm
-// group's layer bound is all_reduce_norm_group's to check).
-std::optional<FusedGroup> fused_group_of(LlamaOp first, int count);
-const char* fused_group_name(FusedGroup group);  // "all-reduce+RMSNorm", "row-parallel GEMM+all-reduce"
+RowChunk row_chunk(int64_t rows, int chunks, int i);
 const char* op_kind_name(OpKind kind);  // "compute", "memory", "network"
 
 // The intermediate activations of one layer call, [T, width] each: nano-batches are row
@@ -127,6 +135,13 @@ class LlamaLayer {
                               std::vector<float>& x, LlamaLayerBuffers& buffers,
                               tp::TpOperation& rs, Communicator& comm,
                               const Stream& stream) const;
+  // Single-batch overlap's form of a row-parallel pair on the rows of `range`: `gemm` (kOProj
+  // or kDown) and the all-reduce after it in `chunks` row chunks (row_chunk), each chunk's
+  // all-reduce issued once its GEMM rows are done: the same bits as the pair (rows are
+  // independent, the all-reduce sums per element in rank order).
+  void run_row_parallel_pipelined(LlamaOp gemm, const PackedBatch& batch, SequenceRange range,
+                                  int chunks, std::vector<float>& x, LlamaLayerBuffers& buffers,
+                                  Communicator* comm, const Stream& stream) const;
   // forward()'s argument checks (run_op's callers make them once per call).
   void check_call(const PackedBatch& batch, const std::vector<float>& x,
                   const std::vector<float>& residual, Communicator* comm) const;

@@ -61,9 +61,11 @@ int nano_batch_index(std::span<const NanoBatch> nanos, const NanoBatch& nano);
 class ScheduleContext {
  public:
   using Executor = std::function<void(const NanoBatch& nano, Step step, const Placement& where)>;
-  // Runs `count` consecutive steps of a chain from `first` as one fused operation (the model's
-  // implementation of that group; it refuses groups it has none for).
-  using FusedExecutor = std::function<void(const NanoBatch& nano, Step first, int count)>;
+  // Runs the model::kFusedGroupSteps steps of a chain from `first` as one fused operation of
+  // kind `group` (the model's implementation of it; it refuses kinds it has none for), in
+  // `chunks` row chunks where the kind is pipelined (1 otherwise).
+  using FusedExecutor =
+      std::function<void(const NanoBatch& nano, Step first, model::FusedGroup group, int chunks)>;
   // group_size: the ranks the model's collectives span (1: they have nothing to wait for).
   // declared: the fused groups the strategy declared (Strategy::fused_groups), the only kinds
   // run_fused accepts, so a model's check of the declaration before it runs holds; none: not
@@ -83,11 +85,12 @@ class ScheduleContext {
   void run(int n, Step step, const Placement& where = {});
   // Runs ready(n).
   void run_next(int n, const Placement& where = {});
-  // Runs the `count` steps of nano-batch n's chain from `first` (which must be ready(n)) as one
-  // fused operation; each is traced. Throws kInvalidArgument like run(), or when the chain has
-  // fewer steps left, the steps are no fused group the strategy declared, or there is no fused
-  // executor.
-  void run_fused(int n, Step first, int count);
+  // Runs the steps of nano-batch n's chain from `first` (which must be ready(n)) as one fused
+  // operation of kind `group`; each step is traced. chunks: the row chunks of a
+  // kRowParallelPipelined group, 1 to 64 (1 for the other kinds). Throws kInvalidArgument like
+  // run(), or when the chain has fewer steps left, `group` does not start at `first` or is not
+  // one the strategy declared, chunks is out of range, or there is no fused executor.
+  void run_fused(int n, Step first, model::FusedGroup group, int chunks = 1);
   // The step after `step` in a chain (the next layer's first after a layer's last); none after
   // the last layer.
   std::optional<Step> after(Step step) const;
@@ -130,12 +133,14 @@ class Strategy {
 // "nanoflow:P:W"), "dual_batch"
 // (two nano-batches, each run up to and including its next collective, then the other: one's
 // communication beside the other's compute, as vLLM's and SGLang's dual-batch overlap),
-// "tokenweave" (dual-batch's order, and each all-reduce fused with the RMSNorm after it:
-// reduce-scatter, the norm on this rank's rows, all-gather, as TokenWeave does), "flux"
-// (sequential's order, each row-parallel GEMM and its all-reduce run as a fused
-// GEMM+ReduceScatter and an all-gather: the cpu model made with a RankContext that has a
-// symmetric heap; not yet on cuda, and not in strategy_names(), which the GPU benches run).
-// Throws kInvalidArgument naming the known ones otherwise.
+// "single_batch" (sequential's one nano-batch, each row-parallel GEMM and its all-reduce run in
+// row chunks of kSingleBatchChunkRows, or R with "single_batch:R", each chunk's all-reduce
+// beside the next chunk's GEMM, as SGLang's single-batch overlap), "tokenweave" (dual-batch's
+// order, and each all-reduce fused with the RMSNorm after it: reduce-scatter, the norm on this
+// rank's rows, all-gather, as TokenWeave does), "flux" (sequential's order, each row-parallel GEMM
+// and its all-reduce run as a fused GEMM+ReduceScatter and an all-gather: the cpu model made with a
+// RankContext that has a symmetric heap; not yet on cuda, and not in strategy_names(), which the
+// GPU benches run). Throws kInvalidArgument naming the known ones otherwise.
 std::unique_ptr<Strategy> make_strategy(const std::string& name);
 // True where make_strategy(name) makes one.
 bool known_strategy(const std::string& name);
