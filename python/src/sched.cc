@@ -5,7 +5,8 @@
 //   split(lengths)  lengths: each sequence's new tokens, in batch order; returns how many
 //                   consecutive sequences each nano-batch takes (a list of ints), or None for one
 //   schedule(ctx)   runs every step through ctx.ready(n) / ctx.run(n, step) / ctx.run_next(n) /
-//                   ctx.run_fused(n, step, group, chunks=1) until ctx.finished
+//                   ctx.run_fused(n, step, group, chunks=1, gemm_sm_percent=100) until
+//                   ctx.finished
 //   fused_groups    (optional) the kinds of fused group schedule() runs through run_fused:
 //                   "all_reduce_norm", "row_parallel_pair", "row_parallel_pipelined";
 //                   run_fused refuses any other
@@ -186,15 +187,17 @@ void bind_sched(nb::module_& m) {
       .def(
           "run_fused",
           [](const ScheduleView& v, int n, const PyStep& first, const std::string& group,
-             int chunks) {
+             int chunks, int gemm_sm_percent) {
             v.ref->get().run_fused(n, step_argument(first), fused_group_argument(group, "group"),
-                                   chunks);
+                                   {chunks, gemm_sm_percent});
           },
           nb::arg("n"), nb::arg("first"), nb::arg("group"), nb::arg("chunks") = 1,
+          nb::arg("gemm_sm_percent") = 100,
           "Runs the two steps of nano-batch n's chain from `first` as one fused operation of kind "
           "`group` (the model's): 'all_reduce_norm' (an all-reduce with the RMSNorm after it), "
           "'row_parallel_pair' (a row-parallel GEMM and its all-reduce as GEMM+ReduceScatter) or "
-          "'row_parallel_pipelined' (that pair in `chunks` row chunks).")
+          "'row_parallel_pipelined' (that pair in `chunks` row chunks, its GEMMs on "
+          "gemm_sm_percent of the multiprocessors on a GPU).")
       .def_prop_ro(
           "finished", [](const ScheduleView& v) { return v.ref->get().finished(); },
           "Whether every nano-batch's chain is done.")

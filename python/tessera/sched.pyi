@@ -14,10 +14,12 @@ class ScheduleContext:
     def run(self, n: int, step: Step) -> None:
         """Runs `step` on nano-batch n; it must be ready(n)."""
     def run_next(self, n: int) -> None: ...
-    def run_fused(self, n: int, first: Step, group: str, chunks: int = 1) -> None:
+    def run_fused(self, n: int, first: Step, group: str, chunks: int = 1,
+                  gemm_sm_percent: int = 100) -> None:
         """Runs the two steps from `first` as one fused operation (the model's) of kind `group`,
         which the strategy lists in its `fused_groups` attribute ("all_reduce_norm",
-        "row_parallel_pair", "row_parallel_pipelined"; the last in `chunks` row chunks)."""
+        "row_parallel_pair", "row_parallel_pipelined"; the last in `chunks` row chunks, its
+        GEMMs on gemm_sm_percent of a GPU's multiprocessors)."""
     @property
     def finished(self) -> bool: ...
     @property

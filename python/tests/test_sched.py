@@ -71,7 +71,7 @@ class PipelinedRowParallel:
         while not ctx.finished:
             step = ctx.ready(0)
             if step[1] in ("o_proj", "down"):
-                ctx.run_fused(0, step, "row_parallel_pipelined", chunks=3)
+                ctx.run_fused(0, step, "row_parallel_pipelined", chunks=3, gemm_sm_percent=80)
             else:
                 ctx.run(0, step)
 

@@ -41,6 +41,10 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
     }
     return *compute_stream;
   };
+  // A GEMM's multiprocessors for a share of them (0: all).
+  auto gemm_sms = [&](int percent) {
+    return percent >= 100 ? 0 : std::max(1, sm_count * percent / 100);
+  };
   const std::array<const Stream*, 3> sides = {&*compute_stream, &*memory_stream, &*network_stream};
   // set_timeline: an origin before the fork and timing events around each operation.
   const bool timing = timeline != nullptr;
@@ -78,14 +82,13 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
       shapes.num_layers, nanos,
       [&](const sched::NanoBatch& nano, sched::Step op, const sched::Placement& where) {
         const Stream& on = stream_for(op.op, where);
-        const int sms =
-            where.gemm_sm_percent >= 100 ? 0 : std::max(1, sm_count * where.gemm_sm_percent / 100);
         const size_t n = enter(nano, on);
         traced(n, op, 1, where.stream.value_or(llama_op_kind(op.op)), on,
-               [&] { run_op(op.layer, op.op, parts[n], on, sms); });
+               [&] { run_op(op.layer, op.op, parts[n], on, gemm_sms(where.gemm_sm_percent)); });
       },
       // The fused groups the GPU model builds (execute() refused the others before the step).
-      [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group, int chunks) {
+      [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group,
+          const sched::FusedOptions& how) {
         if (group == FusedGroup::kAllReduceNorm) {  // on the network stream
           const AllReduceNorm g = all_reduce_norm_group(first.layer, first.op, shapes.num_layers);
           const size_t n = enter(nano, *network_stream);
@@ -97,11 +100,12 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
         // nano-batch's next operation waits for the last all-reduce.
         const sched::Step reduce{first.layer, LlamaOp(int(first.op) + 1)};
         const size_t n = enter(nano, *compute_stream);
-        for (int i = 0; i < chunks; ++i) {
-          const RowChunk c = row_chunk(parts[n].tokens, chunks, i);
+        for (int i = 0; i < how.chunks; ++i) {
+          const RowChunk c = row_chunk(parts[n].tokens, how.chunks, i);
           const Part rows{parts[n].first_row + c.begin, c.count, {}, {}};
-          traced(n, first, 1, OpKind::kCompute, *compute_stream,
-                 [&] { run_op(first.layer, first.op, rows, *compute_stream); });
+          traced(n, first, 1, OpKind::kCompute, *compute_stream, [&] {
+            run_op(first.layer, first.op, rows, *compute_stream, gemm_sms(how.gemm_sm_percent));
+          });
           hop->record(*compute_stream);
           hop->wait_on(*network_stream);
           traced(n, reduce, 1, OpKind::kNetwork, *network_stream,

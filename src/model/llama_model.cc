@@ -179,7 +179,7 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
     // The fused groups: a row-parallel GEMM and its all-reduce as GEMM+ReduceScatter (flux) or
     // in row chunks (single_batch), an all-reduce and the RMSNorm that reads it (tokenweave).
     auto run_fused_group = [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group,
-                               int chunks) {
+                               const sched::FusedOptions& how) {
       const LlamaLayer& layer = layers_[size_t(first.layer)];
       switch (group) {
         case FusedGroup::kRowParallelPair:
@@ -187,8 +187,8 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
                                               row_parallel_op(first.op, nano.rows), *comm_,
                                               stream_);
         case FusedGroup::kRowParallelPipelined:
-          return layer.run_row_parallel_pipelined(first.op, batch, range(nano), chunks, x, buffers,
-                                                  comm_, stream_);
+          return layer.run_row_parallel_pipelined(first.op, batch, range(nano), how.chunks, x,
+                                                  buffers, comm_, stream_);
         case FusedGroup::kAllReduceNorm: {
           const AllReduceNorm g =
               all_reduce_norm_group(first.layer, first.op, int64_t(layers_.size()));
@@ -222,10 +222,11 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
                                                cache_, comm_, stream_);
           });
         },
-        [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group, int chunks) {
+        [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group,
+            const sched::FusedOptions& how) {
           traced(nano, first, kFusedGroupSteps,
                  group == FusedGroup::kAllReduceNorm ? OpKind::kNetwork : OpKind::kCompute,
-                 [&] { run_fused_group(nano, first, group, chunks); });
+                 [&] { run_fused_group(nano, first, group, how); });
         },
         comm_ == nullptr ? 1 : comm_->size(), strategy.fused_groups());
     strategy.schedule(ctx);

@@ -32,20 +32,28 @@ bool parse_nanoflow(const std::string& name, int& percent, int& shared_gemms) {
   return true;
 }
 
-// "single_batch" or "single_batch:R" (R: the rows of a chunk, 1 to 2^20); false for other
-// names.
-bool parse_single_batch(const std::string& name, int64_t& chunk_rows) {
+// "single_batch", "single_batch:R" or "single_batch:R:P" (R: the rows of a chunk, 1 to 2^20;
+// P: the chunks' GEMMs' share of the multiprocessors, 1 to 100); false for other names.
+bool parse_single_batch(const std::string& name, int64_t& chunk_rows, int& percent) {
   constexpr std::string_view kName = "single_batch";
   chunk_rows = kSingleBatchChunkRows;
+  percent = kSingleBatchGemmSmPercent;
   if (name == kName) return true;
   if (!name.starts_with(std::string(kName) + ":")) return false;
   const char* first = name.data() + kName.size() + 1;
   const char* last = name.data() + name.size();
   const auto [end, error] = std::from_chars(first, last, chunk_rows);
-  TESSERA_CHECK_ARG(error == std::errc() && end == last && end != first && chunk_rows >= 1 &&
-                        chunk_rows <= (int64_t(1) << 20),
-                    "strategy = '", name,
-                    "': expected single_batch:R with R the rows of a chunk, 1 to 1048576");
+  bool ok =
+      error == std::errc() && end != first && chunk_rows >= 1 && chunk_rows <= (int64_t(1) << 20);
+  if (ok && end != last) {
+    const char* p = end + 1;
+    const auto [p_end, p_error] = std::from_chars(p, last, percent);
+    ok = *end == ':' && p_error == std::errc() && p_end == last && p_end != p && percent >= 1 &&
+         percent <= 100;
+  }
+  TESSERA_CHECK_ARG(ok, "strategy = '", name,
+                    "': expected single_batch:R[:P] with R the rows of a chunk, 1 to 1048576, "
+                    "and P the GEMMs' share of the multiprocessors, 1 to 100");
   return true;
 }
 
@@ -62,13 +70,13 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name) {
   if (parse_nanoflow(name, percent, shared_gemms))
     return std::make_unique<NanoFlowStrategy>(percent, shared_gemms);
   if (name == "dual_batch") return std::make_unique<DualBatchStrategy>();
-  if (parse_single_batch(name, chunk_rows))
-    return std::make_unique<SingleBatchStrategy>(chunk_rows);
+  if (parse_single_batch(name, chunk_rows, percent))
+    return std::make_unique<SingleBatchStrategy>(chunk_rows, percent);
   if (name == "tokenweave") return std::make_unique<TokenWeaveStrategy>();
   if (name == "flux") return std::make_unique<FluxStrategy>();
   throw_error(ErrorCode::kInvalidArgument,
               str("strategy = '", name,
-                  "': expected sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R], "
+                  "': expected sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R[:P]], "
                   "tokenweave or flux"));
 }
 

@@ -81,7 +81,7 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
           ErrorCode::kInvalidArgument,
           str(path, ":", line.number, ": '", line.text,
               "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
-              "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R] or tokenweave) and "
+              "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R[:P]] or tokenweave) and "
               "median_us (> 0) "
               "separated by tabs"));
     }
@@ -156,11 +156,10 @@ std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const Rul
   // A known name, or one with a parameter: make_strategy names what is wrong with it.
   if (known_strategy(name) || name.starts_with("nanoflow:") || name.starts_with("single_batch:"))
     return make_strategy(name);
-  throw_error(
-      ErrorCode::kInvalidArgument,
-      str("strategy = '", name,
-          "': expected sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R], tokenweave or "
-          "auto (the rule)"));
+  throw_error(ErrorCode::kInvalidArgument, str("strategy = '", name,
+                                               "': expected sequential, nanoflow[:P[:W]], "
+                                               "dual_batch, single_batch[:R[:P]], tokenweave or "
+                                               "auto (the rule)"));
 }
 
 }  // namespace tessera::sched

@@ -91,7 +91,8 @@ void ScheduleContext::run(int n, Step step, const Placement& where) {
   trace_.push_back({n, step});
 }
 
-void ScheduleContext::run_fused(int n, Step first, model::FusedGroup group, int chunks) {
+void ScheduleContext::run_fused(int n, Step first, model::FusedGroup group,
+                                const FusedOptions& how) {
   check_ready(n, first);
   const auto group_from = [&] {
     return str("nano-batch ", n, ": a ", model::fused_group_name(group), " group from layer ",
@@ -105,11 +106,13 @@ void ScheduleContext::run_fused(int n, Step first, model::FusedGroup group, int 
       !declared_ || std::find(declared_->begin(), declared_->end(), group) != declared_->end(),
       group_from(), ": the strategy did not declare that kind (Strategy::fused_groups)");
   const int most_chunks = group == model::FusedGroup::kRowParallelPipelined ? 64 : 1;
-  TESSERA_CHECK_ARG(chunks >= 1 && chunks <= most_chunks, group_from(), ": chunks = ", chunks,
-                    ": expected 1 to ", most_chunks);
+  TESSERA_CHECK_ARG(how.chunks >= 1 && how.chunks <= most_chunks, group_from(),
+                    ": chunks = ", how.chunks, ": expected 1 to ", most_chunks);
+  TESSERA_CHECK_ARG(how.gemm_sm_percent >= 1 && how.gemm_sm_percent <= 100, group_from(),
+                    ": gemm_sm_percent = ", how.gemm_sm_percent, ": expected 1 to 100");
   TESSERA_CHECK_ARG(bool(execute_fused_), group_from(),
                     ": a fused operation asked for, but the model gave no fused executor");
-  execute_fused_(nanos_[size_t(n)], first, group, chunks);
+  execute_fused_(nanos_[size_t(n)], first, group, how);
   Step step = first;
   for (int i = 0; i < model::kFusedGroupSteps; ++i) {
     trace_.push_back({n, step});

@@ -1,13 +1,16 @@
 // Single-batch overlap (schedule.h), SGLang's overlap within one batch for a dense
 // tensor-parallel model: no nano-batches; each row-parallel GEMM (o_proj, down) runs in row
 // chunks, and each chunk's all-reduce starts once its rows are done, beside the next chunk's
-// GEMM. One rank, or too few rows for two chunks: sequential.
+// GEMM, those GEMMs on a share of the multiprocessors so the all-reduce has some to run on. One
+// rank, or too few rows for two chunks: sequential.
 #include "sched/strategies.h"
 #include "tessera/core/error.h"
 
 namespace tessera::sched {
 
 std::string SingleBatchStrategy::name() const {
+  if (gemm_sm_percent_ != kSingleBatchGemmSmPercent)
+    return str("single_batch:", chunk_rows_, ":", gemm_sm_percent_);
   return chunk_rows_ == kSingleBatchChunkRows ? "single_batch" : str("single_batch:", chunk_rows_);
 }
 
@@ -25,7 +28,7 @@ void SingleBatchStrategy::schedule(ScheduleContext& ctx) const {
     const int chunks = chunks_for(ctx.nano_batch(n).rows);
     while (const std::optional<Step> s = ctx.ready(n)) {
       if (ctx.group_size() > 1 && chunks > 1 && model::fused_group_starts_at(kPipelined, s->op))
-        ctx.run_fused(n, *s, kPipelined, chunks);
+        ctx.run_fused(n, *s, kPipelined, {chunks, gemm_sm_percent_});
       else
         ctx.run_next(n, {model::OpKind::kCompute});
     }

@@ -18,6 +18,9 @@ inline constexpr int kNanoFlowGemmSmPercent = 100;
 // kSingleBatchMaxChunks of them.
 inline constexpr int64_t kSingleBatchChunkRows = 1024;
 inline constexpr int kSingleBatchMaxChunks = 8;
+// The share of the multiprocessors those chunks' GEMMs take: a GEMM on all of them holds every
+// one until it ends, and the all-reduce beside it waits for them.
+inline constexpr int kSingleBatchGemmSmPercent = 90;
 
 class SequentialStrategy final : public Strategy {
  public:
@@ -60,7 +63,8 @@ class TokenWeaveStrategy final : public Strategy {
 
 class SingleBatchStrategy final : public Strategy {
  public:
-  explicit SingleBatchStrategy(int64_t chunk_rows) : chunk_rows_(chunk_rows) {}
+  SingleBatchStrategy(int64_t chunk_rows, int gemm_sm_percent)
+      : chunk_rows_(chunk_rows), gemm_sm_percent_(gemm_sm_percent) {}
   std::string name() const override;
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
   void schedule(ScheduleContext& ctx) const override;
@@ -73,6 +77,7 @@ class SingleBatchStrategy final : public Strategy {
 
  private:
   int64_t chunk_rows_;
+  int gemm_sm_percent_;
 };
 
 class FluxStrategy final : public Strategy {

@@ -127,8 +127,10 @@ TEST(Scheduler, RunFusedRefusesGroupsTheStrategyDidNotDeclare) {
   auto context = [&](std::optional<std::vector<FusedGroup>> declared) {
     sched::ScheduleContext ctx(
         1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-        [&](const sched::NanoBatch&, sched::Step, FusedGroup, int) { ++fused; }, 2,
-        std::move(declared));
+        [&](const sched::NanoBatch&, sched::Step, FusedGroup, const sched::FusedOptions&) {
+          ++fused;
+        },
+        2, std::move(declared));
     while (ctx.ready(0)->op != LlamaOp::kOProj) ctx.run_next(0);
     return ctx;
   };
@@ -147,15 +149,22 @@ TEST(Scheduler, RunFusedRefusesGroupsTheStrategyDidNotDeclare) {
                {"all-reduce+RMSNorm group from layer 0 o_proj: no such group starts there"});
   sched::ScheduleContext pipelined = context(std::vector{FusedGroup::kRowParallelPipelined});
   for (int chunks : {0, 65})
-    expect_error([&] { pipelined.run_fused(0, o_proj, FusedGroup::kRowParallelPipelined, chunks); },
-                 ErrorCode::kInvalidArgument, {str("chunks = ", chunks, ": expected 1 to 64")});
+    expect_error(
+        [&] { pipelined.run_fused(0, o_proj, FusedGroup::kRowParallelPipelined, {chunks}); },
+        ErrorCode::kInvalidArgument, {str("chunks = ", chunks, ": expected 1 to 64")});
+  for (int percent : {0, 101})
+    expect_error(
+        [&] {
+          pipelined.run_fused(0, o_proj, FusedGroup::kRowParallelPipelined, {2, percent});
+        },
+        ErrorCode::kInvalidArgument, {str("gemm_sm_percent = ", percent, ": expected 1 to 100")});
   EXPECT_EQ(fused, 0);
   norm_only.run_next(0);
-  expect_error([&] { norm_only.run_fused(0, o_all_reduce, FusedGroup::kAllReduceNorm, 2); },
+  expect_error([&] { norm_only.run_fused(0, o_all_reduce, FusedGroup::kAllReduceNorm, {2}); },
                ErrorCode::kInvalidArgument, {"chunks = 2: expected 1 to 1"});
   norm_only.run_fused(0, o_all_reduce, FusedGroup::kAllReduceNorm);
   EXPECT_EQ(fused, 1);
-  pipelined.run_fused(0, o_proj, FusedGroup::kRowParallelPipelined, 64);
+  pipelined.run_fused(0, o_proj, FusedGroup::kRowParallelPipelined, {64, 50});
   EXPECT_EQ(fused, 2);
   sched::ScheduleContext unchecked = context(std::nullopt);  // driven by hand: not checked
   unchecked.run_fused(0, o_proj, FusedGroup::kRowParallelPair);
@@ -182,9 +191,10 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   while (ctx.ready(0)) ctx.run_next(0);
   EXPECT_TRUE(ctx.finished());
   EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
-  expect_error([] { sched::make_strategy("fluxx"); }, ErrorCode::kInvalidArgument,
-               {"strategy = 'fluxx'",
-                "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R], tokenweave or flux"});
+  expect_error(
+      [] { sched::make_strategy("fluxx"); }, ErrorCode::kInvalidArgument,
+      {"strategy = 'fluxx'",
+       "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R[:P]], tokenweave or flux"});
   for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x", "nanoflow:60:0",
                           "nanoflow:60:65", "nanoflow:60:", "nanoflow:60:1:2", "nanoflow:60;1"})
     expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
@@ -200,7 +210,7 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   // Fused groups: only from the ready step, only with a fused executor, not past the chain.
   sched::ScheduleContext fused(
       1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-      [](const sched::NanoBatch&, sched::Step, model::FusedGroup, int) {});
+      [](const sched::NanoBatch&, sched::Step, model::FusedGroup, const sched::FusedOptions&) {});
   constexpr model::FusedGroup kNorm = model::FusedGroup::kAllReduceNorm;
   const sched::Step qkv{0, model::LlamaOp::kQkv}, attn_norm{0, model::LlamaOp::kAttnNorm},
       o_all_reduce{0, model::LlamaOp::kOAllReduce},
@@ -249,9 +259,11 @@ TEST(Scheduler, FluxFusesEachRowParallelPair) {
     std::vector<model::LlamaOp> fused_first;
     sched::ScheduleContext ctx(
         2, {{0, 1, 0, 40}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-        [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup g, int chunks) {
+        [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup g,
+            const sched::FusedOptions& how) {
           EXPECT_EQ(g, model::FusedGroup::kRowParallelPair);
-          EXPECT_EQ(chunks, 1);
+          EXPECT_EQ(how.chunks, 1);
+          EXPECT_EQ(how.gemm_sm_percent, 100);
           fused_first.push_back(first.op);
         },
         group);
@@ -290,7 +302,8 @@ TEST(Scheduler, StrategiesDeclareTheFusedGroupsTheyRun) {
             std::vector<sched::NanoBatch>{{0, 1, 0, 4096}, {1, 1, 4096, 4096}}}) {
         sched::ScheduleContext ctx(
             layers, nanos, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
-            [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup kind, int) {
+            [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup kind,
+                const sched::FusedOptions&) {
               if (kind == model::FusedGroup::kAllReduceNorm)
                 (void)model::all_reduce_norm_group(first.layer, first.op, layers);
               ran.push_back(kind);
@@ -322,7 +335,8 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
         [&](const sched::NanoBatch&, sched::Step, const sched::Placement& p) {
           placed.push_back(p);
         },
-        [](const sched::NanoBatch&, sched::Step, model::FusedGroup, int) {}, group_size);
+        [](const sched::NanoBatch&, sched::Step, model::FusedGroup, const sched::FusedOptions&) {},
+        group_size);
     sched::make_strategy(name)->schedule(ctx);
     EXPECT_TRUE(ctx.finished()) << name;
     return ctx.trace();
@@ -409,15 +423,17 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
 }
 
 // Single-batch overlap: one nano-batch in order; across ranks each row-parallel pair runs as one
-// pipelined group of one chunk per chunk_rows rows (at most 8), everything else on the compute
-// stream; with one rank or too few rows for two chunks nothing is fused.
+// pipelined group of one chunk per chunk_rows rows (at most 8) with its GEMMs on the strategy's
+// share of the multiprocessors, everything else on the compute stream; with one rank or too few
+// rows for two chunks nothing is fused.
 TEST(Scheduler, SingleBatchPipelinesEachRowParallelPairInRowChunks) {
-  for (const auto& [name, rows, group, chunks] :
-       std::vector<std::tuple<std::string, int64_t, int, int>>{{"single_batch", 4096, 2, 4},
-                                                               {"single_batch", 4096, 1, 1},
-                                                               {"single_batch", 2047, 4, 1},
-                                                               {"single_batch:100", 250, 2, 2},
-                                                               {"single_batch:1", 4096, 2, 8}}) {
+  for (const auto& [name, rows, group, chunks, percent] :
+       std::vector<std::tuple<std::string, int64_t, int, int, int>>{
+           {"single_batch", 4096, 2, 4, 90},
+           {"single_batch", 4096, 1, 1, 90},
+           {"single_batch", 2047, 4, 1, 90},
+           {"single_batch:100", 250, 2, 2, 90},
+           {"single_batch:1:75", 4096, 2, 8, 75}}) {
     SCOPED_TRACE(str(name, " on ", rows, " rows, group of ", group));
     std::vector<std::pair<model::LlamaOp, int>> fused;
     std::vector<sched::Placement> placed;
@@ -426,9 +442,11 @@ TEST(Scheduler, SingleBatchPipelinesEachRowParallelPairInRowChunks) {
         [&](const sched::NanoBatch&, sched::Step, const sched::Placement& p) {
           placed.push_back(p);
         },
-        [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup g, int c) {
+        [&](const sched::NanoBatch&, sched::Step first, model::FusedGroup g,
+            const sched::FusedOptions& how) {
           EXPECT_EQ(g, model::FusedGroup::kRowParallelPipelined);
-          fused.push_back({first.op, c});
+          EXPECT_EQ(how.gemm_sm_percent, percent);
+          fused.push_back({first.op, how.chunks});
         },
         group);
     const auto strategy = sched::make_strategy(name);
@@ -448,9 +466,13 @@ TEST(Scheduler, SingleBatchPipelinesEachRowParallelPairInRowChunks) {
     for (const sched::Placement& p : placed) EXPECT_EQ(p.stream, model::OpKind::kCompute);
   }
   for (const char* bad : {"single_batch:0", "single_batch:", "single_batch:x", "single_batch:8k",
-                          "single_batch:1048577"})
+                          "single_batch:1048577", "single_batch:8:0", "single_batch:8:101",
+                          "single_batch:8:", "single_batch:8:50:1", "single_batch:8;50"})
     expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
-                 {str("strategy = '", bad, "'"), "rows of a chunk, 1 to 1048576"});
+                 {str("strategy = '", bad, "'"), "rows of a chunk, 1 to 1048576",
+                  "share of the multiprocessors, 1 to 100"});
+  EXPECT_EQ(sched::make_strategy("single_batch:1024:90")->name(), "single_batch");
+  EXPECT_EQ(sched::make_strategy("single_batch:1024:60")->name(), "single_batch:1024:60");
 }
 
 }  // namespace

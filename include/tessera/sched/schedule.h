@@ -50,6 +50,15 @@ struct Placement {
   int gemm_sm_percent = 100;  // 1 to 100
 };
 
+// How a fused group runs: chunks, the row chunks of a kRowParallelPipelined group (1 to 64; 1
+// for the other kinds); gemm_sm_percent, the share of the multiprocessors its GEMMs take (1 to
+// 100), the rest left to the collectives that run beside them. The cpu backend runs the
+// chunks inline and ignores the share.
+struct FusedOptions {
+  int chunks = 1;
+  int gemm_sm_percent = 100;
+};
+
 // Splits `batch` at sequence boundaries into at most `parts` nano-batches of about equal
 // tokens (greedy: a nano-batch closes once it reaches its share); every sequence in exactly one.
 std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int parts);
@@ -62,10 +71,10 @@ class ScheduleContext {
  public:
   using Executor = std::function<void(const NanoBatch& nano, Step step, const Placement& where)>;
   // Runs the model::kFusedGroupSteps steps of a chain from `first` as one fused operation of
-  // kind `group` (the model's implementation of it; it refuses kinds it has none for), in
-  // `chunks` row chunks where the kind is pipelined (1 otherwise).
-  using FusedExecutor =
-      std::function<void(const NanoBatch& nano, Step first, model::FusedGroup group, int chunks)>;
+  // kind `group` (the model's implementation of it; it refuses kinds it has none for), as `how`
+  // says.
+  using FusedExecutor = std::function<void(const NanoBatch& nano, Step first,
+                                           model::FusedGroup group, const FusedOptions& how)>;
   // group_size: the ranks the model's collectives span (1: they have nothing to wait for).
   // declared: the fused groups the strategy declared (Strategy::fused_groups), the only kinds
   // run_fused accepts, so a model's check of the declaration before it runs holds; none: not
@@ -86,11 +95,10 @@ class ScheduleContext {
   // Runs ready(n).
   void run_next(int n, const Placement& where = {});
   // Runs the steps of nano-batch n's chain from `first` (which must be ready(n)) as one fused
-  // operation of kind `group`; each step is traced. chunks: the row chunks of a
-  // kRowParallelPipelined group, 1 to 64 (1 for the other kinds). Throws kInvalidArgument like
+  // operation of kind `group`, as `how` says; each step is traced. Throws kInvalidArgument like
   // run(), or when the chain has fewer steps left, `group` does not start at `first` or is not
-  // one the strategy declared, chunks is out of range, or there is no fused executor.
-  void run_fused(int n, Step first, model::FusedGroup group, int chunks = 1);
+  // one the strategy declared, `how` is out of its ranges, or there is no fused executor.
+  void run_fused(int n, Step first, model::FusedGroup group, const FusedOptions& how = {});
   // The step after `step` in a chain (the next layer's first after a layer's last); none after
   // the last layer.
   std::optional<Step> after(Step step) const;
@@ -135,12 +143,14 @@ class Strategy {
 // communication beside the other's compute, as vLLM's and SGLang's dual-batch overlap),
 // "single_batch" (sequential's one nano-batch, each row-parallel GEMM and its all-reduce run in
 // row chunks of kSingleBatchChunkRows, or R with "single_batch:R", each chunk's all-reduce
-// beside the next chunk's GEMM, as SGLang's single-batch overlap), "tokenweave" (dual-batch's
-// order, and each all-reduce fused with the RMSNorm after it: reduce-scatter, the norm on this
-// rank's rows, all-gather, as TokenWeave does), "flux" (sequential's order, each row-parallel GEMM
-// and its all-reduce run as a fused GEMM+ReduceScatter and an all-gather: the cpu model made with a
-// RankContext that has a symmetric heap; not yet on cuda, and not in strategy_names(), which the
-// GPU benches run). Throws kInvalidArgument naming the known ones otherwise.
+// beside the next chunk's GEMM, as SGLang's single-batch overlap; those GEMMs take
+// kSingleBatchGemmSmPercent of the multiprocessors, or P% with "single_batch:R:P"), "tokenweave"
+// (dual-batch's order, and each all-reduce fused with the RMSNorm after it: reduce-scatter, the
+// norm on this rank's rows, all-gather, as TokenWeave does), "flux" (sequential's order, each
+// row-parallel GEMM and its all-reduce run as a fused GEMM+ReduceScatter and an all-gather: the cpu
+// model made with a RankContext that has a symmetric heap; not yet on cuda, and not in
+// strategy_names(), which the GPU benches run). Throws kInvalidArgument naming the known ones
+// otherwise.
 std::unique_ptr<Strategy> make_strategy(const std::string& name);
 // True where make_strategy(name) makes one.
 bool known_strategy(const std::string& name);
