@@ -8,6 +8,7 @@
 // graph.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 
 #include "model/llama_gpu_impl.h"
 #include "tessera/core/error.h"
@@ -66,16 +67,38 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
   // Fork: the strategy's streams start after the embedding (and the previous step's head).
   hop->record(stream);
   for (const Stream* side : sides) hop->wait_on(*side);
-  // The stream each nano-batch's last operation ran on.
-  std::vector<const Stream*> last(parts.size(), &*compute_stream);
+  // Cross-stream order per nano-batch. An event recorded on a stream marks everything enqueued
+  // there so far, so a nano-batch that moves on must wait for an event recorded right after its
+  // own last operation there, not for the stream's tail (which may hold another nano-batch's
+  // later work, e.g. its attention on the memory stream). done(n, s) is that event: recorded
+  // when another nano-batch is about to enqueue on s, or when n leaves s with nothing after it.
+  const size_t events = 3 * parts.size();
+  while (nano_done.size() < events) nano_done.push_back(Event::create(stream));
+  auto side_of = [&](const Stream& on) {
+    return size_t(std::find(sides.begin(), sides.end(), &on) - sides.begin());
+  };
+  auto done = [&](size_t n, size_t side) -> Event& { return nano_done[3 * n + side]; };
+  constexpr size_t kNone = SIZE_MAX;
+  std::array<size_t, 3> owner;  // the nano-batch whose work was enqueued last on each side
+  owner.fill(kNone);
+  // The side of each nano-batch's last operation; none before its first (the fork ordered it).
+  std::vector<size_t> last(parts.size(), kNone);
+  // Nano-batch n enqueues on `on` next.
+  auto claim = [&](size_t n, const Stream& on) {
+    const size_t side = side_of(on);
+    if (owner[side] != n && owner[side] != kNone) done(owner[side], side).record(on);
+    owner[side] = n;
+  };
   // Nano-batch n's operation runs on `on`: after its previous one, wherever that ran.
   auto enter = [&](const sched::NanoBatch& nano, const Stream& on) {
     const size_t n = size_t(sched::nano_batch_index(nanos, nano));
-    if (last[n] != &on) {
-      hop->record(*last[n]);
-      hop->wait_on(on);
-      last[n] = &on;
+    const size_t from = last[n], to = side_of(on);
+    if (from != to && from != kNone) {
+      if (owner[from] == n) done(n, from).record(*sides[from]);
+      done(n, from).wait_on(on);
     }
+    last[n] = to;
+    claim(n, on);
     return n;
   };
   sched::ScheduleContext ctx(
@@ -100,18 +123,19 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
         // nano-batch's next operation waits for the last all-reduce.
         const sched::Step reduce{first.layer, LlamaOp(int(first.op) + 1)};
         const size_t n = enter(nano, *compute_stream);
+        claim(n, *network_stream);
         for (int i = 0; i < how.chunks; ++i) {
           const RowChunk c = row_chunk(parts[n].tokens, how.chunks, i);
           const Part rows{parts[n].first_row + c.begin, c.count, {}, {}};
           traced(n, first, 1, OpKind::kCompute, *compute_stream, [&] {
             run_op(first.layer, first.op, rows, *compute_stream, gemm_sms(how.gemm_sm_percent));
           });
-          hop->record(*compute_stream);
+          hop->record(*compute_stream);  // after this chunk's GEMM
           hop->wait_on(*network_stream);
           traced(n, reduce, 1, OpKind::kNetwork, *network_stream,
                  [&] { run_op(reduce.layer, reduce.op, rows, *network_stream); });
         }
-        last[n] = &*network_stream;
+        last[n] = side_of(*network_stream);
       },
       comm == nullptr ? 1 : comm->size(), strategy.fused_groups());
   strategy.schedule(ctx);
