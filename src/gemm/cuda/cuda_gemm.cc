@@ -56,8 +56,14 @@ class HopperGemm final : public CudaGemm {
     problem_.m = shape.m;
     problem_.n = shape.n;
     problem_.k = shape.k;
+    // run() may take any share of the multiprocessors, and stream-K's workspace depends on the
+    // grid: the largest any share needs, allocated once (run() allocates nothing).
+    for (int share = 1; share <= sms; ++share) {
+      kernels::GemmProblem p = problem_;
+      p.device_sms = share;
+      workspace_bytes_ = std::max(workspace_bytes_, launcher_.workspace_bytes(p, config_));
+    }
     problem_.device_sms = sms;
-    workspace_bytes_ = launcher_.workspace_bytes(problem_, config_);
     if (workspace_bytes_ > 0) workspace_ = Buffer::allocate(workspace_bytes_, device);
   }
   GemmImpl impl() const override { return GemmImpl::kHopper; }
@@ -74,8 +80,8 @@ class HopperGemm final : public CudaGemm {
         launcher_.launch(p, config_, workspace_bytes_ > 0 ? workspace_.data() : nullptr,
                          workspace_bytes_, static_cast<cudaStream_t>(stream.cuda_stream()));
     TESSERA_CHECK(status == cudaSuccess, ErrorCode::kCuda, "GEMM building block M ", shape_.m,
-                  " N ", shape_.n, " K ", shape_.k, " (", gemm_config_name(config_),
-                  "): ", cudaGetErrorString(status));
+                  " N ", shape_.n, " K ", shape_.k, " (", gemm_config_name(config_), ") on ",
+                  p.device_sms, " multiprocessors: ", cudaGetErrorString(status));
   }
 
  private:
