@@ -17,13 +17,17 @@ namespace tessera::gemm::kernels {
 
 enum class ElementType : uint8_t { kBF16, kF16, kF32 };
 
+// The CTAs of each kernel's cluster (gemm_sm90.cuh): the smallest grid a problem may ask for.
+inline constexpr int kGemmClusterCtas = 2;
+
 struct GemmProblem {
   int64_t m = 0, n = 0, k = 0;
   const void* a = nullptr;
   const void* b = nullptr;
   const void* bias = nullptr;  // [N] of the output's type, or nullptr
   void* d = nullptr;
-  int device_sms = 0;  // the device's multiprocessors (the persistent grid's size)
+  int device_sms = 0;  // the device's multiprocessors (the persistent grid's size), at least
+                       // kGemmClusterCtas
 };
 
 using tessera::gemm::GemmConfig;

@@ -191,7 +191,7 @@ TEST(GemmGpu, StreamKRunsOnAnyShareOfTheMultiprocessors) {
     Gemm gemm({m, n, k, dtype, dtype, true, false}, gpu, GemmImpl::kHopper,
               parse_gemm_config(name, "config"));
     std::vector<std::byte> full(size_t(m * n) * 2), part(full.size());
-    for (int share : {0, sms * 80 / 100, sms * 60 / 100, 7}) {
+    for (int share : {0, sms * 80 / 100, sms * 60 / 100, 7, 1}) {  // 1: one cluster, 2
       SCOPED_TRACE(::testing::Message() << name << " on " << (share == 0 ? sms : share) << " SMs");
       ASSERT_EQ(cudaMemsetAsync(out.ptr, 0xff, full.size(), on(stream)), cudaSuccess);
       gemm.run(av, bv, TensorView(), ov, stream, share);

@@ -60,7 +60,8 @@ class Gemm {
   // contiguous, of its dtype, on the plan's device; refused naming the argument otherwise.
   // max_sms > 0 keeps the GEMM on at most that many multiprocessors, leaving the others to a
   // kernel another stream runs beside it (the scheduler's NanoFlow partition): kHopper's
-  // persistent grid is that size, cuBLASLt takes it as its SM count target, kSkinny ignores it.
+  // persistent grid is that size (at least one cluster, 2), cuBLASLt takes it as its SM count
+  // target, kSkinny ignores it.
   // 0 (or more than the device has): all of them.
   void run(const TensorView& a, const TensorView& b, const TensorView& bias, const TensorView& out,
            const Stream& stream, int max_sms = 0) const;

@@ -58,7 +58,7 @@ class HopperGemm final : public CudaGemm {
     problem_.k = shape.k;
     // run() may take any share of the multiprocessors, and stream-K's workspace depends on the
     // grid: the largest any share needs, allocated once (run() allocates nothing).
-    for (int share = 1; share <= sms; ++share) {
+    for (int share = kernels::kGemmClusterCtas; share <= sms; ++share) {
       kernels::GemmProblem p = problem_;
       p.device_sms = share;
       workspace_bytes_ = std::max(workspace_bytes_, launcher_.workspace_bytes(p, config_));
@@ -71,7 +71,7 @@ class HopperGemm final : public CudaGemm {
   void run(const void* a, const void* b, const void* bias, void* out, const Stream& stream,
            int max_sms) const override {
     kernels::GemmProblem p = problem_;
-    if (max_sms > 0) p.device_sms = std::min(p.device_sms, max_sms);
+    if (max_sms > 0) p.device_sms = std::clamp(max_sms, kernels::kGemmClusterCtas, p.device_sms);
     p.a = a;
     p.b = b;
     p.bias = bias;
