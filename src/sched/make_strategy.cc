@@ -1,4 +1,5 @@
 #include <charconv>
+#include <vector>
 
 #include "sched/strategies.h"
 #include "tessera/core/error.h"
@@ -7,53 +8,72 @@ namespace tessera::sched {
 
 namespace {
 
+// A strategy's name with its parameters: `base` alone, or "base:A[:B...]" with at most `most`
+// integers.
+struct NameParameters {
+  bool matches = false;  // `base`, with or without parameters
+  bool well_formed = true;
+  std::vector<int64_t> values;
+};
+NameParameters parameters_of(const std::string& name, std::string_view base, size_t most) {
+  NameParameters out;
+  const std::string prefix = std::string(base) + ":";
+  out.matches = name == base || name.starts_with(prefix);
+  if (name == base || !out.matches) return out;
+  const char* p = name.data() + prefix.size();
+  const char* last = name.data() + name.size();
+  while (true) {
+    int64_t value = 0;
+    const auto [end, error] = std::from_chars(p, last, value);
+    if (error != std::errc() || end == p || out.values.size() == most) {
+      out.well_formed = false;
+      return out;
+    }
+    out.values.push_back(value);
+    if (end == last) return out;
+    if (*end != ':') {
+      out.well_formed = false;
+      return out;
+    }
+    p = end + 1;
+  }
+}
+
+// values[i] when given, else `otherwise`.
+int64_t value_or(const NameParameters& got, size_t i, int64_t otherwise) {
+  return i < got.values.size() ? got.values[i] : otherwise;
+}
+
 // "nanoflow", "nanoflow:P" or "nanoflow:P:W" (P: the GEMMs' share of the multiprocessors, 1 to
 // 100; W: how many GEMMs after the other nano-batch's attention take it, 1 to 64, or all);
 // false for other names.
 bool parse_nanoflow(const std::string& name, int& percent, int& shared_gemms) {
-  constexpr std::string_view kName = "nanoflow";
-  percent = kNanoFlowGemmSmPercent;
-  shared_gemms = 0;
-  if (name == kName) return true;
-  if (!name.starts_with(std::string(kName) + ":")) return false;
-  const char* first = name.data() + kName.size() + 1;
-  const char* last = name.data() + name.size();
-  auto [end, error] = std::from_chars(first, last, percent);
-  bool ok = error == std::errc() && end != first && percent >= 1 && percent <= 100;
-  if (ok && end != last) {
-    const char* w = end + 1;
-    const auto [w_end, w_error] = std::from_chars(w, last, shared_gemms);
-    ok = *end == ':' && w_error == std::errc() && w_end == last && w_end != w &&
-         shared_gemms >= 1 && shared_gemms <= 64;
-  }
-  TESSERA_CHECK_ARG(ok, "strategy = '", name,
-                    "': expected nanoflow:P[:W] with P the GEMMs' share of the multiprocessors, "
-                    "1 to 100, and W how many GEMMs take it, 1 to 64");
+  const NameParameters got = parameters_of(name, "nanoflow", 2);
+  if (!got.matches) return false;
+  const int64_t p = value_or(got, 0, kNanoFlowGemmSmPercent), w = value_or(got, 1, 0);
+  TESSERA_CHECK_ARG(
+      got.well_formed && p >= 1 && p <= 100 && (got.values.size() < 2 || (w >= 1 && w <= 64)),
+      "strategy = '", name,
+      "': expected nanoflow:P[:W] with P the GEMMs' share of the multiprocessors, "
+      "1 to 100, and W how many GEMMs take it, 1 to 64");
+  percent = int(p);
+  shared_gemms = int(w);
   return true;
 }
 
 // "single_batch", "single_batch:R" or "single_batch:R:P" (R: the rows of a chunk, 1 to 2^20;
 // P: the chunks' GEMMs' share of the multiprocessors, 1 to 100); false for other names.
 bool parse_single_batch(const std::string& name, int64_t& chunk_rows, int& percent) {
-  constexpr std::string_view kName = "single_batch";
-  chunk_rows = kSingleBatchChunkRows;
-  percent = kSingleBatchGemmSmPercent;
-  if (name == kName) return true;
-  if (!name.starts_with(std::string(kName) + ":")) return false;
-  const char* first = name.data() + kName.size() + 1;
-  const char* last = name.data() + name.size();
-  const auto [end, error] = std::from_chars(first, last, chunk_rows);
-  bool ok =
-      error == std::errc() && end != first && chunk_rows >= 1 && chunk_rows <= (int64_t(1) << 20);
-  if (ok && end != last) {
-    const char* p = end + 1;
-    const auto [p_end, p_error] = std::from_chars(p, last, percent);
-    ok = *end == ':' && p_error == std::errc() && p_end == last && p_end != p && percent >= 1 &&
-         percent <= 100;
-  }
-  TESSERA_CHECK_ARG(ok, "strategy = '", name,
+  const NameParameters got = parameters_of(name, "single_batch", 2);
+  if (!got.matches) return false;
+  const int64_t r = value_or(got, 0, kSingleBatchChunkRows),
+                p = value_or(got, 1, kSingleBatchGemmSmPercent);
+  TESSERA_CHECK_ARG(got.well_formed && r >= 1 && r <= (int64_t(1) << 20) && p >= 1 && p <= 100,
+                    "strategy = '", name,
                     "': expected single_batch:R[:P] with R the rows of a chunk, 1 to 1048576, "
                     "and P the GEMMs' share of the multiprocessors, 1 to 100");
+  chunk_rows = r;
+  percent = int(p);
   return true;
 }
 

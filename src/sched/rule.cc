@@ -82,8 +82,7 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
           str(path, ":", line.number, ": '", line.text,
               "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
               "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R[:P]] or tokenweave) and "
-              "median_us (> 0) "
-              "separated by tabs"));
+              "median_us (> 0) separated by tabs"));
     }
     e.gpu = f[0];
     e.ranks = int(ranks);
