@@ -126,6 +126,7 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
         claim(n, *network_stream);
         for (int i = 0; i < how.chunks; ++i) {
           const RowChunk c = row_chunk(parts[n].tokens, how.chunks, i);
+          if (c.count == 0) continue;
           const Part rows{parts[n].first_row + c.begin, c.count, {}, {}};
           traced(n, first, 1, OpKind::kCompute, *compute_stream, [&] {
             run_op(first.layer, first.op, rows, *compute_stream, gemm_sms(how.gemm_sm_percent));

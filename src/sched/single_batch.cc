@@ -1,8 +1,10 @@
 // Single-batch overlap (schedule.h), SGLang's overlap within one batch for a dense
 // tensor-parallel model: no nano-batches; each row-parallel GEMM (o_proj, down) runs in row
 // chunks, and each chunk's all-reduce starts once its rows are done, beside the next chunk's
-// GEMM, those GEMMs on a share of the multiprocessors so the all-reduce has some to run on. One
+// GEMM (optionally on a share of the multiprocessors, so the all-reduce has some to run on). One
 // rank, or too few rows for two chunks: sequential.
+#include <algorithm>
+
 #include "sched/strategies.h"
 #include "tessera/core/error.h"
 

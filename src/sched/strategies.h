@@ -18,9 +18,10 @@ inline constexpr int kNanoFlowGemmSmPercent = 100;
 // kSingleBatchMaxChunks of them.
 inline constexpr int64_t kSingleBatchChunkRows = 1024;
 inline constexpr int kSingleBatchMaxChunks = 8;
-// The share of the multiprocessors those chunks' GEMMs take: a GEMM on all of them holds every
-// one until it ends, and the all-reduce beside it waits for them.
-inline constexpr int kSingleBatchGemmSmPercent = 90;
+// The share of the multiprocessors those chunks' GEMMs take. A GEMM on all of them holds every
+// one until it ends, so the all-reduce beside it waits; but at TP 2 on H200s a GEMM on 90%, 80%
+// or 70% lost more than the all-reduce gained (docs/PERF.md), so by default all.
+inline constexpr int kSingleBatchGemmSmPercent = 100;
 
 class SequentialStrategy final : public Strategy {
  public:

@@ -429,10 +429,10 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
 TEST(Scheduler, SingleBatchPipelinesEachRowParallelPairInRowChunks) {
   for (const auto& [name, rows, group, chunks, percent] :
        std::vector<std::tuple<std::string, int64_t, int, int, int>>{
-           {"single_batch", 4096, 2, 4, 90},
-           {"single_batch", 4096, 1, 1, 90},
-           {"single_batch", 2047, 4, 1, 90},
-           {"single_batch:100", 250, 2, 2, 90},
+           {"single_batch", 4096, 2, 4, 100},
+           {"single_batch", 4096, 1, 1, 100},
+           {"single_batch", 2047, 4, 1, 100},
+           {"single_batch:100", 250, 2, 2, 100},
            {"single_batch:1:75", 4096, 2, 8, 75}}) {
     SCOPED_TRACE(str(name, " on ", rows, " rows, group of ", group));
     std::vector<std::pair<model::LlamaOp, int>> fused;
@@ -471,7 +471,7 @@ TEST(Scheduler, SingleBatchPipelinesEachRowParallelPairInRowChunks) {
     expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
                  {str("strategy = '", bad, "'"), "rows of a chunk, 1 to 1048576",
                   "share of the multiprocessors, 1 to 100"});
-  EXPECT_EQ(sched::make_strategy("single_batch:1024:90")->name(), "single_batch");
+  EXPECT_EQ(sched::make_strategy("single_batch:1024:100")->name(), "single_batch");
   EXPECT_EQ(sched::make_strategy("single_batch:1024:60")->name(), "single_batch:1024:60");
 }
 
