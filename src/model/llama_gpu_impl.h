@@ -164,7 +164,7 @@ struct LlamaGpuModel::Impl {
   // memory-bound and network operations; made at the first scheduled step.
   std::optional<Stream> compute_stream, memory_stream, network_stream;
   std::optional<Event> hop;      // forks and joins the strategy's streams
-  std::vector<Event> nano_done;  // per (nano-batch, stream): see run_scheduled_layers
+  std::vector<Event> nano_done;  // per (nano-batch, stream): sched/stream_order.h's events
   double last_host_us = 0;   // the host time of the last execute()
   // set_timeline: while set, scheduled steps run eagerly with timing events around each
   // operation, read into the timeline once the step is done (collect_timeline).

@@ -8,9 +8,9 @@
 // graph.
 #include <algorithm>
 #include <array>
-#include <cstdint>
 
 #include "model/llama_gpu_impl.h"
+#include "sched/stream_order.h"
 #include "tessera/core/error.h"
 #include "tessera/sched/schedule.h"
 
@@ -67,38 +67,27 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
   // Fork: the strategy's streams start after the embedding (and the previous step's head).
   hop->record(stream);
   for (const Stream* side : sides) hop->wait_on(*side);
-  // Cross-stream order per nano-batch. An event recorded on a stream marks everything enqueued
-  // there so far, so a nano-batch that moves on must wait for an event recorded right after its
-  // own last operation there, not for the stream's tail (which may hold another nano-batch's
-  // later work, e.g. its attention on the memory stream). done(n, s) is that event: recorded
-  // when another nano-batch is about to enqueue on s, or when n leaves s with nothing after it.
-  const size_t events = 3 * parts.size();
+  // Cross-stream order per nano-batch (sched/stream_order.h): event (n, side) marks nano-batch
+  // n's work on a side.
+  const size_t events = sides.size() * parts.size();
   while (nano_done.size() < events) nano_done.push_back(Event::create(stream));
   auto side_of = [&](const Stream& on) {
     return size_t(std::find(sides.begin(), sides.end(), &on) - sides.begin());
   };
-  auto done = [&](size_t n, size_t side) -> Event& { return nano_done[3 * n + side]; };
-  constexpr size_t kNone = SIZE_MAX;
-  std::array<size_t, 3> owner;  // the nano-batch whose work was enqueued last on each side
-  owner.fill(kNone);
-  // The side of each nano-batch's last operation; none before its first (the fork ordered it).
-  std::vector<size_t> last(parts.size(), kNone);
-  // Nano-batch n enqueues on `on` next.
-  auto claim = [&](size_t n, const Stream& on) {
-    const size_t side = side_of(on);
-    if (owner[side] != n && owner[side] != kNone) done(owner[side], side).record(on);
-    owner[side] = n;
+  sched::StreamOrder order(parts.size(), sides.size());
+  auto issue = [&](const std::vector<sched::StreamOrder::Action>& actions) {
+    for (const sched::StreamOrder::Action& a : actions) {
+      Event& done = nano_done[a.nano * sides.size() + a.side];
+      if (a.record)
+        done.record(*sides[a.side]);
+      else
+        done.wait_on(*sides[a.on]);
+    }
   };
   // Nano-batch n's operation runs on `on`: after its previous one, wherever that ran.
   auto enter = [&](const sched::NanoBatch& nano, const Stream& on) {
     const size_t n = size_t(sched::nano_batch_index(nanos, nano));
-    const size_t from = last[n], to = side_of(on);
-    if (from != to && from != kNone) {
-      if (owner[from] == n) done(n, from).record(*sides[from]);
-      done(n, from).wait_on(on);
-    }
-    last[n] = to;
-    claim(n, on);
+    issue(order.enter(n, side_of(on)));
     return n;
   };
   sched::ScheduleContext ctx(
@@ -123,7 +112,7 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
         // nano-batch's next operation waits for the last all-reduce.
         const sched::Step reduce{first.layer, LlamaOp(int(first.op) + 1)};
         const size_t n = enter(nano, *compute_stream);
-        claim(n, *network_stream);
+        issue(order.claim(n, side_of(*network_stream)));
         for (int i = 0; i < how.chunks; ++i) {
           const RowChunk c = row_chunk(parts[n].tokens, how.chunks, i);
           if (c.count == 0) continue;
@@ -136,7 +125,7 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
           traced(n, reduce, 1, OpKind::kNetwork, *network_stream,
                  [&] { run_op(reduce.layer, reduce.op, rows, *network_stream); });
         }
-        last[n] = side_of(*network_stream);
+        order.continue_from(n, side_of(*network_stream));
       },
       comm == nullptr ? 1 : comm->size(), strategy.fused_groups());
   strategy.schedule(ctx);
