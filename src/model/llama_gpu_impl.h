@@ -163,9 +163,9 @@ struct LlamaGpuModel::Impl {
   // A strategy's streams, forked from `stream` and joined to it around the layers: compute,
   // memory-bound and network operations; made at the first scheduled step.
   std::optional<Stream> compute_stream, memory_stream, network_stream;
-  std::optional<Event> hop;      // forks and joins the strategy's streams
+  std::optional<Event> hop;      // forks and joins those streams; orders a pipelined pair's chunks
   std::vector<Event> nano_done;  // per (nano-batch, stream): sched/stream_order.h's events
-  double last_host_us = 0;   // the host time of the last execute()
+  double last_host_us = 0;       // the host time of the last execute()
   // set_timeline: while set, scheduled steps run eagerly with timing events around each
   // operation, read into the timeline once the step is done (collect_timeline).
   sched::Timeline* timeline = nullptr;
