@@ -86,6 +86,8 @@ def test_every_order_gives_the_same_logits():
     assert np.array_equal(logits(alternate), want)
     assert np.array_equal(logits(FusedAllReduceNorm()), want)
     assert np.array_equal(logits(PipelinedRowParallel()), want)
+    # A partition: the strategy orders only its steps, the rest run in chain order.
+    assert np.array_equal(logits("dual_batch@layers=1/ops=attention+o_proj"), want)
     # The prefill made two nano-batches whose steps interleave, every step once.
     trace = alternate.traces[0]
     assert {n for n, _, _ in trace} == {0, 1}

@@ -127,7 +127,7 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
         }
         order.continue_from(n, side_of(*network_stream));
       },
-      comm == nullptr ? 1 : comm->size(), strategy.fused_groups());
+      comm == nullptr ? 1 : comm->size(), strategy.fused_groups(), strategy.partition());
   strategy.schedule(ctx);
   TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),
                 " returned before running every operation");

@@ -228,7 +228,7 @@ std::vector<float> LlamaModel::forward(std::span<const SequenceTokens> inputs,
                  group == FusedGroup::kAllReduceNorm ? OpKind::kNetwork : OpKind::kCompute,
                  [&] { run_fused_group(nano, first, group, how); });
         },
-        comm_ == nullptr ? 1 : comm_->size(), strategy.fused_groups());
+        comm_ == nullptr ? 1 : comm_->size(), strategy.fused_groups(), strategy.partition());
     strategy.schedule(ctx);
     TESSERA_CHECK(ctx.finished(), ErrorCode::kInternal, "strategy ", strategy.name(),
                   " returned before running every operation");

@@ -84,6 +84,9 @@ std::vector<std::string> strategy_names() {
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name) {
+  if (const size_t at = name.find('@'); at != std::string::npos)
+    return std::make_unique<PartitionedStrategy>(make_strategy(name.substr(0, at)),
+                                                 name.substr(at + 1));
   int percent = 0, shared_gemms = 0;
   int64_t chunk_rows = 0;
   if (name == "sequential") return std::make_unique<SequentialStrategy>();

@@ -29,6 +29,9 @@ class RuleStrategy final : public Strategy {
       : key_(std::move(key)), table_(std::move(table)) {
     strategies_["sequential"] = make_strategy("sequential");
     for (const SchedTuneEntry& e : table_) {
+      // The model takes a strategy's partition before the rule picks: whole-model ones only.
+      TESSERA_CHECK_ARG(e.strategy.find('@') == std::string::npos, "auto: the tuning table's '",
+                        e.strategy, "': expected a strategy without a partition (@...)");
       if (!strategies_.count(e.strategy)) strategies_[e.strategy] = make_strategy(e.strategy);
     }
   }

@@ -36,16 +36,30 @@ int nano_batch_index(std::span<const NanoBatch> nanos, const NanoBatch& nano) {
 
 ScheduleContext::ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
                                  FusedExecutor execute_fused, int group_size,
-                                 std::optional<std::vector<model::FusedGroup>> declared)
+                                 std::optional<std::vector<model::FusedGroup>> declared,
+                                 std::optional<Partition> partition)
     : layers_(layers),
       group_size_(group_size),
       nanos_(std::move(nanos)),
       execute_(std::move(execute)),
       execute_fused_(std::move(execute_fused)),
-      declared_(std::move(declared)) {
+      declared_(std::move(declared)),
+      partition_(std::move(partition)) {
   TESSERA_CHECK_ARG(layers >= 0, "layers = ", layers, ": expected >= 0");
   TESSERA_CHECK_ARG(group_size >= 1, "group_size = ", group_size, ": expected >= 1");
   next_.assign(nanos_.size(), 0);
+  for (int n = 0; n < num_nano_batches(); ++n) run_outside_partition(n);
+}
+
+void ScheduleContext::run_outside_partition(int n) {
+  if (!partition_) return;
+  int64_t& i = next_[size_t(n)];
+  for (; i < layers_ * model::kLlamaOps; ++i) {
+    const Step step{i / model::kLlamaOps, model::LlamaOp(i % model::kLlamaOps)};
+    if (partition_->contains(step)) return;
+    execute_(nanos_[size_t(n)], step, Placement{model::OpKind::kCompute});
+    trace_.push_back({n, step});
+  }
 }
 
 std::optional<Step> ScheduleContext::ready(int n) const {
@@ -89,6 +103,7 @@ void ScheduleContext::run(int n, Step step, const Placement& where) {
   execute_(nanos_[size_t(n)], step, where);
   ++next_[size_t(n)];
   trace_.push_back({n, step});
+  run_outside_partition(n);
 }
 
 void ScheduleContext::run_fused(int n, Step first, model::FusedGroup group,
@@ -102,6 +117,8 @@ void ScheduleContext::run_fused(int n, Step first, model::FusedGroup group,
                     group_from(), ": past the end of its chain");
   TESSERA_CHECK_ARG(model::fused_group_starts_at(group, first.op), group_from(),
                     ": no such group starts there");
+  TESSERA_CHECK_ARG(!partition_ || partition_->contains(*after(first)), group_from(),
+                    ": its second step is outside the strategy's partition");
   TESSERA_CHECK_ARG(
       !declared_ || std::find(declared_->begin(), declared_->end(), group) != declared_->end(),
       group_from(), ": the strategy did not declare that kind (Strategy::fused_groups)");
@@ -119,6 +136,7 @@ void ScheduleContext::run_fused(int n, Step first, model::FusedGroup group,
     ++next_[size_t(n)];
     if (i + 1 < model::kFusedGroupSteps) step = *after(step);
   }
+  run_outside_partition(n);
 }
 
 void ScheduleContext::run_next(int n, const Placement& where) {

@@ -91,4 +91,26 @@ class FluxStrategy final : public Strategy {
   }
 };
 
+// A strategy scheduling only a partition's steps ("NAME@PARTITION"): the inner strategy's split,
+// schedule and fused groups.
+class PartitionedStrategy final : public Strategy {
+ public:
+  PartitionedStrategy(std::unique_ptr<Strategy> inner, std::string partition_text)
+      : inner_(std::move(inner)),
+        text_(std::move(partition_text)),
+        partition_(parse_partition(text_)) {}
+  std::string name() const override { return inner_->name() + "@" + text_; }
+  std::vector<NanoBatch> split(const model::PackedBatch& batch) const override {
+    return inner_->split(batch);
+  }
+  void schedule(ScheduleContext& ctx) const override { inner_->schedule(ctx); }
+  std::vector<model::FusedGroup> fused_groups() const override { return inner_->fused_groups(); }
+  std::optional<Partition> partition() const override { return partition_; }
+
+ private:
+  std::unique_ptr<Strategy> inner_;
+  std::string text_;
+  Partition partition_;
+};
+
 }  // namespace tessera::sched

@@ -113,6 +113,17 @@ TEST(SchedRule, StrategiesByNameIncludeTheRule) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("tokenweave or auto"), std::string::npos) << e.what();
   }
+  // A partitioned strategy is a name too, but not one the rule picks from its table.
+  EXPECT_EQ(sched::make_named_strategy("nanoflow@layers=1", kKey)->name(), "nanoflow@layers=1");
+  try {
+    sched::make_rule_strategy(kKey, {{"H100", 4, 8192, 2048, "nanoflow@layers=1", 95.0}});
+    ADD_FAILURE() << "the rule took a partitioned strategy";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'nanoflow@layers=1': expected a strategy without a "
+                                         "partition"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(SchedRule, AutoRunsItsPickBitwiseThePlainForward) {

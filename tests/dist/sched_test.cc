@@ -43,6 +43,12 @@ TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
       names.push_back("flux");         // cpu only so far: not among strategy_names()
       names.push_back("single_batch:8");  // the prefill's pairs in 8 chunks, the decode's in 1
       names.push_back("single_batch:1");  // every row a chunk (at most 8)
+      // Partitions: the rest of the steps run by the context in chain order.
+      for (const char* partitioned :
+           {"nanoflow@layers=1", "dual_batch@ops=attention+o_proj+o_all_reduce",
+            "tokenweave@layers=0-1/ops=o_all_reduce+mlp_norm+mlp_all_reduce+attn_norm",
+            "single_batch:8@layers=0-0", "nanoflow@layers=7"})
+        names.push_back(partitioned);
       for (const std::string& name : names) {
         LlamaModel m = make();
         const auto strategy = sched::make_strategy(name);
@@ -420,6 +426,72 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
     EXPECT_EQ(placed[i].stream, OpKind::kCompute);
     EXPECT_EQ(placed[i].gemm_sm_percent, 100);
   }
+}
+
+// A partition: the strategy sees only its steps (here layer 1's attention and o_proj on two
+// nano-batches); the context runs the others itself, in chain order, as each nano-batch reaches
+// them, and refuses a fused group whose second step lies outside.
+TEST(Scheduler, APartitionLeavesTheOtherStepsToTheContext) {
+  using model::LlamaOp;
+  std::vector<std::pair<int, sched::Step>> asked;  // the steps the strategy saw ready
+  std::vector<sched::Placement> placed;
+  sched::ScheduleContext ctx(
+      2, {{0, 1, 0, 40}, {1, 1, 40, 40}},
+      [&](const sched::NanoBatch&, sched::Step, const sched::Placement& p) { placed.push_back(p); },
+      [](const sched::NanoBatch&, sched::Step, model::FusedGroup, const sched::FusedOptions&) {}, 2,
+      std::nullopt, sched::parse_partition("layers=1/ops=attention+o_proj"));
+  // Each nano-batch ran layer 0 and layer 1 up to its attention already.
+  EXPECT_EQ(ctx.trace().size(), size_t(2 * (model::kLlamaOps + 2)));
+  for (int n : {1, 0}) {
+    while (const std::optional<sched::Step> s = ctx.ready(n)) {
+      asked.push_back({n, *s});
+      ctx.run_next(n, {model::OpKind::kMemory});
+    }
+  }
+  EXPECT_TRUE(ctx.finished());
+  const std::vector<std::pair<int, sched::Step>> want = {{1, {1, LlamaOp::kAttention}},
+                                                         {1, {1, LlamaOp::kOProj}},
+                                                         {0, {1, LlamaOp::kAttention}},
+                                                         {0, {1, LlamaOp::kOProj}}};
+  ASSERT_EQ(asked.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(asked[i].first, want[i].first);
+    EXPECT_EQ(asked[i].second.layer, want[i].second.layer);
+    EXPECT_EQ(asked[i].second.op, want[i].second.op);
+  }
+  EXPECT_EQ(ctx.trace().size(), size_t(2 * 2 * model::kLlamaOps));
+  // Only the strategy's four steps went where it placed them; the context's on compute.
+  EXPECT_EQ(
+      std::count_if(placed.begin(), placed.end(),
+                    [](const sched::Placement& p) { return p.stream == model::OpKind::kMemory; }),
+      4);
+  for (size_t i = 0; i < ctx.trace().size(); ++i) {  // each chain in order
+    const auto [n, s] = ctx.trace()[i];
+    for (size_t j = 0; j < i; ++j) {
+      const auto [m, t] = ctx.trace()[j];
+      if (m == n)
+        EXPECT_LT(t.layer * model::kLlamaOps + int(t.op), s.layer * model::kLlamaOps + int(s.op));
+    }
+  }
+  sched::ScheduleContext pair(
+      1, {{0, 1, 0, 40}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
+      [](const sched::NanoBatch&, sched::Step, model::FusedGroup, const sched::FusedOptions&) {}, 2,
+      std::nullopt, sched::parse_partition("ops=o_proj"));
+  expect_error(
+      [&] {
+        pair.run_fused(0, {0, LlamaOp::kOProj}, model::FusedGroup::kRowParallelPipelined);
+      },
+      ErrorCode::kInvalidArgument, {"its second step is outside the strategy's partition"});
+  for (const char* bad : {"", "layers=", "layers=2-1", "layers=-1", "layers=a", "layers=1/layers=2",
+                          "cols=1", "layers=1/"})
+    expect_error([&] { sched::parse_partition(bad); }, ErrorCode::kInvalidArgument,
+                 {str("partition '", bad, "'"), "expected layers=A-B"});
+  for (const char* bad : {"ops=", "ops=qkv+", "layers=1/ops=qkvv"})
+    expect_error([&] { sched::parse_partition(bad); }, ErrorCode::kInvalidArgument,
+                 {str("partition '", bad, "': op = '"), "expected attn_norm"});
+  EXPECT_EQ(sched::make_strategy("nanoflow:60@layers=2-5")->name(), "nanoflow:60@layers=2-5");
+  expect_error([] { sched::make_strategy("nanoflow@rows=2"); }, ErrorCode::kInvalidArgument,
+               {"partition 'rows=2'"});
 }
 
 // Single-batch overlap: one nano-batch in order; across ranks each row-parallel pair runs as one

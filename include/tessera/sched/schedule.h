@@ -23,6 +23,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tessera/model/llama_layer.h"
@@ -49,6 +50,19 @@ struct Placement {
   std::optional<model::OpKind> stream;
   int gemm_sm_percent = 100;  // 1 to 100
 };
+
+// The steps a strategy schedules (DynaFlow's partition of a model into schedulable
+// subgraphs): layers [first_layer, end_layer) and, when `ops` is not empty, only those
+// operations. The context runs every other step itself, in chain order on the compute stream,
+// as soon as its nano-batch reaches it: the strategy sees only its partition's steps.
+struct Partition {
+  int64_t first_layer = 0, end_layer = INT64_MAX;
+  std::vector<model::LlamaOp> ops;  // empty: all nine
+  bool contains(Step step) const;
+};
+// "layers=A-B" (A to B inclusive) or "layers=A", "ops=OP+OP+..." (llama_op_name's names), or
+// both joined by '/'. Throws kInvalidArgument naming `text` and the expected form otherwise.
+Partition parse_partition(std::string_view text);
 
 // How a fused group runs: chunks, the row chunks of a kRowParallelPipelined group (1 to 64; 1
 // for the other kinds); gemm_sm_percent, the share of the multiprocessors its GEMMs take (1 to
@@ -78,15 +92,18 @@ class ScheduleContext {
   // group_size: the ranks the model's collectives span (1: they have nothing to wait for).
   // declared: the fused groups the strategy declared (Strategy::fused_groups), the only kinds
   // run_fused accepts, so a model's check of the declaration before it runs holds; none: not
-  // checked (a context driven by hand).
+  // checked (a context driven by hand). partition: the steps the strategy schedules
+  // (Strategy::partition); the context runs the others itself, from the constructor on (none:
+  // every step is the strategy's).
   ScheduleContext(int64_t layers, std::vector<NanoBatch> nanos, Executor execute,
                   FusedExecutor execute_fused = {}, int group_size = 1,
-                  std::optional<std::vector<model::FusedGroup>> declared = std::nullopt);
+                  std::optional<std::vector<model::FusedGroup>> declared = std::nullopt,
+                  std::optional<Partition> partition = std::nullopt);
 
   int num_nano_batches() const { return int(nanos_.size()); }
   int group_size() const { return group_size_; }
   const NanoBatch& nano_batch(int n) const { return nanos_.at(size_t(n)); }
-  // Nano-batch n's next operation; none once its chain is done.
+  // Nano-batch n's next operation in the partition; none once its chain is done.
   std::optional<Step> ready(int n) const;
   // Runs `step` on nano-batch n, placed at `where`. Throws kInvalidArgument naming the step and
   // the one whose output it needs when `step` is not ready(n), when n is out of range, or when
@@ -109,6 +126,8 @@ class ScheduleContext {
  private:
   // Checks that `step` is ready(n), naming what it waits for otherwise.
   void check_ready(int n, Step step) const;
+  // Runs nano-batch n's next steps outside the partition, in order, on the compute stream.
+  void run_outside_partition(int n);
 
   int64_t layers_ = 0;
   int group_size_ = 1;
@@ -116,6 +135,7 @@ class ScheduleContext {
   Executor execute_;
   FusedExecutor execute_fused_;
   std::optional<std::vector<model::FusedGroup>> declared_;
+  std::optional<Partition> partition_;
   std::vector<int64_t> next_;  // per nano-batch: index of its next step in the chain
   std::vector<std::pair<int, Step>> trace_;
 };
@@ -130,6 +150,8 @@ class Strategy {
   // The kinds of fused group schedule() may run through ctx.run_fused (none by default): a
   // model checks them before it runs anything.
   virtual std::vector<model::FusedGroup> fused_groups() const { return {}; }
+  // The steps schedule() orders (none: all of them); the context runs the others.
+  virtual std::optional<Partition> partition() const { return std::nullopt; }
 };
 
 // "sequential" (one nano-batch, in order, every operation on the compute stream: the
@@ -149,8 +171,9 @@ class Strategy {
 // norm on this rank's rows, all-gather, as TokenWeave does), "flux" (sequential's order, each
 // row-parallel GEMM and its all-reduce run as a fused GEMM+ReduceScatter and an all-gather: the cpu
 // model made with a RankContext that has a symmetric heap; not yet on cuda, and not in
-// strategy_names(), which the GPU benches run). Throws kInvalidArgument naming the known ones
-// otherwise.
+// strategy_names(), which the GPU benches run). Any of them followed by "@PARTITION"
+// (parse_partition) schedules only that partition's steps, e.g. "nanoflow@layers=4-7" or
+// "dual_batch@ops=o_proj+o_all_reduce". Throws kInvalidArgument naming the known ones otherwise.
 std::unique_ptr<Strategy> make_strategy(const std::string& name);
 // True where make_strategy(name) makes one.
 bool known_strategy(const std::string& name);
