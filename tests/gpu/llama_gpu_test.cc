@@ -198,8 +198,9 @@ TEST_F(LlamaGpu, GraphReplayIsBitwiseTheEagerStepAndRunsRepeat) {
 // split a mixed batch in two and match it within bf16 rounding (the GEMM plans see other row
 // counts),
 // as does tokenweave (its fused group is the all-reduce and the norm without a group), and
-// single_batch (one rank: nothing to pipeline, sequential's order); their decode steps replay
-// from graphs bitwise their eager ones.
+// single_batch (one rank: nothing to pipeline, sequential's order), and dual_batch on a
+// partition (the context runs the other steps); their decode steps replay from graphs bitwise
+// their eager ones.
 TEST_F(LlamaGpu, StrategiesMatchTheUnscheduledStep) {
   const DecoderConfig config = small_config();
   // A decode next to two prompts (91 rows: nanoflow splits from 64), then 6 decode steps of the
@@ -223,8 +224,8 @@ TEST_F(LlamaGpu, StrategiesMatchTheUnscheduledStep) {
     return all;
   };
   const std::vector<float> plain = run(nullptr, true);
-  for (const char* name :
-       {"sequential", "nanoflow", "nanoflow:60", "dual_batch", "single_batch:8", "tokenweave"}) {
+  for (const char* name : {"sequential", "nanoflow", "nanoflow:60", "dual_batch", "single_batch:8",
+                           "tokenweave", "dual_batch@layers=1/ops=attention+o_proj"}) {
     SCOPED_TRACE(name);
     const auto strategy = sched::make_strategy(name);
     const std::vector<float> eager = run(strategy.get(), false), graphed = run(strategy.get(), true);
