@@ -3,7 +3,9 @@
 // split-KV attention: grid (splits, Hkv, B); CTA (s, g, b) takes the tokens [s * chunk,
 // (s + 1) * chunk) of [0, p_b] (the new token is already in the cache) for the G query heads of
 // KV head g and writes the split's (o, lse) to the workspace. At head dimensions 64 and 128 the
-// tensor-core kernel of split_kv_mma.cuh; at 256 split_kv_kernel below: keys and values arrive
+// TMA-fed kernel of split_kv_tma.cuh where the cache's 16-token blocks are contiguous rows (its
+// splits whole 32-token tiles), else the cp.async tensor-core kernel of split_kv_mma.cuh; at
+// 256 split_kv_kernel below: keys and values arrive
 // in shared memory 32 tokens at a time (cp.async, double-buffered), a warp takes 8 tokens of
 // each, four lanes a token for the scores, an online softmax in the log2 domain, then a lane per
 // D/32 dimensions for the values; the warps merge in order. merge_splits adds the splits of each
@@ -18,6 +20,7 @@
 #include "cluster/cluster_collectives.cuh"
 #include "decode/decode_device.cuh"
 #include "decode/split_kv_mma.cuh"
+#include "decode/split_kv_tma_launch.h"
 #include "decode/unfused_launch.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -436,8 +439,10 @@ void launch_rope_append(const UnfusedDecodeParams& p, void* stream) {
 
 void launch_split_kv_attention(const UnfusedDecodeParams& p, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  const SplitKvLaunch l = split_kv_launch(p.element, p.head_dim, p.num_heads / p.num_kv_heads);
-  l.kernel<<<dim3(p.splits, p.num_kv_heads, p.batch), l.threads, l.smem, s>>>(p);
+  if (!launch_split_kv_tma(p, s)) {
+    const SplitKvLaunch l = split_kv_launch(p.element, p.head_dim, p.num_heads / p.num_kv_heads);
+    l.kernel<<<dim3(p.splits, p.num_kv_heads, p.batch), l.threads, l.smem, s>>>(p);
+  }
   TESSERA_CUDA_CHECK_LAUNCH();
   if (p.element == Element::kBF16)
     launch_merge<__nv_bfloat16>(p, s);
@@ -447,6 +452,7 @@ void launch_split_kv_attention(const UnfusedDecodeParams& p, void* stream) {
 }
 
 int split_kv_ctas_per_multiprocessor(Element element, int head_dim, int group) {
+  if (const int pipes = split_kv_tma_pipes(head_dim, group); pipes > 0) return pipes;
   const SplitKvLaunch l = split_kv_launch(element, head_dim, group);
   int ctas = 0;
   TESSERA_CUDA_CHECK(

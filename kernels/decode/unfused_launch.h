@@ -32,6 +32,9 @@ struct UnfusedDecodeParams {
   float softmax_scale = 0;
   float inv_freq[kHeadDim] = {};       // head_dim / 2 used (head_dim <= 2 * kHeadDim)
   int splits = 1;                      // KV splits per (sequence, KV head)
+  int sm_limit = 0;                    // multiprocessors the split-KV attention may take (0:
+                                       // all): the TMA kernel's persistent grid; the cp.async
+                                       // kernels (other shapes) take what is free
   float* partial_o = nullptr;          // [B, Hq, splits, D]
   float* partial_lse = nullptr;        // [B, Hq, splits]
   void* o = nullptr;                   // [B, Hq*D] the attention output

@@ -25,6 +25,7 @@ struct SplitKvAttention {
   const int32_t* positions = nullptr;   // [batch] the new token's position (it is cached)
   float softmax_scale = 0;
   int splits = 1;
+  int sm_limit = 0;              // multiprocessors it may take (0: all)
   float* partial_o = nullptr;    // [batch, Hq, splits, D]
   float* partial_lse = nullptr;  // [batch, Hq, splits]
   void* o = nullptr;             // [batch, Hq * D] contiguous

@@ -99,11 +99,11 @@ struct LlamaGpuModel::Impl {
   // or ordered by `strategy` over its nano-batches (llama_gpu_schedule.cc).
   void run_step(const Step& step, const sched::Strategy* strategy);
   void run_layer(int64_t layer, const Step& step, const Part& all);  // all = whole(step)
-  // One logical operation of layer `layer` over the rows of `part`, on `on`, its GEMMs on at most
-  // gemm_sms multiprocessors (0: all) (llama_gpu_ops.cc); run_layer is the nine in order over
-  // the whole step.
-  void run_op(int64_t layer, LlamaOp op, const Part& part, const Stream& on, int gemm_sms = 0);
-  void attend(int64_t layer, const Part& part, const Stream& on);
+  // One logical operation of layer `layer` over the rows of `part`, on `on`, its GEMMs or its
+  // decode attention on at most sm_limit multiprocessors (0: all) (llama_gpu_ops.cc); run_layer
+  // is the nine in order over the whole step.
+  void run_op(int64_t layer, LlamaOp op, const Part& part, const Stream& on, int sm_limit = 0);
+  void attend(int64_t layer, const Part& part, const Stream& on, int sm_limit);
   // A strategy's fused group: the all-reduce before layer `layer`'s `norm` (kAttnNorm: the
   // previous layer's MLP all-reduce; kMlpNorm: this layer's attention all-reduce) and the norm.
   void run_all_reduce_norm(int64_t layer, LlamaOp norm, const Part& part, const Stream& on);

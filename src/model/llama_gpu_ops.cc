@@ -69,7 +69,7 @@ void LlamaGpuModel::Impl::run_layer(int64_t l, const Step& step, const Part& all
 }
 
 void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const Stream& on,
-                                 int gemm_sms) {
+                                 int sm_limit) {
   const LayerWeights& w = layers[size_t(l)];
   const int64_t d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
   const int64_t qw = shapes.q_width(), kvw = shapes.kv_width(), f = shapes.intermediate;
@@ -78,7 +78,7 @@ void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const 
   const TensorView xs = rows(x, part), res = rows(residual, part), hs = rows(h, part);
   auto linear_into = [&](LinearKind kind, const TensorView& in, const Tensor& weight,
                          const Tensor& bias, const TensorView& out) {
-    linear(kind, t).run(in, weight, bias.data() ? bias.view() : TensorView{}, out, on, gemm_sms);
+    linear(kind, t).run(in, weight, bias.data() ? bias.view() : TensorView{}, out, on, sm_limit);
   };
   // Row-parallel projections write a partial sum that the next operation all-reduces.
   const TensorView projected = comm == nullptr ? xs : rows(partial, part);
@@ -108,7 +108,7 @@ void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const 
       return;
     }
     case LlamaOp::kAttention:
-      return attend(l, part, on);
+      return attend(l, part, on, sm_limit);
     case LlamaOp::kOProj:
       return linear_into(LinearKind::kO, rows(attn, part), w.wo, Tensor{}, projected);
     case LlamaOp::kOAllReduce:
@@ -131,7 +131,7 @@ void LlamaGpuModel::Impl::run_op(int64_t l, LlamaOp op, const Part& part, const 
 // a chunked prefill over its sequence's cache rows, gathered (its own new rows are in the
 // cache already), causal from its first position; each run of decodes through the split-KV
 // kernel over the paged cache.
-void LlamaGpuModel::Impl::attend(int64_t l, const Part& part, const Stream& on) {
+void LlamaGpuModel::Impl::attend(int64_t l, const Part& part, const Stream& on, int sm_limit) {
   const int64_t d = shapes.head_dim, hq = shapes.q_heads, hkv = shapes.kv_heads;
   const int64_t qw = shapes.q_width(), kvw = shapes.kv_width();
   const float scale = attn::default_softmax_scale(d);
@@ -197,6 +197,7 @@ void LlamaGpuModel::Impl::attend(int64_t l, const Part& part, const Stream& on) 
     a.positions = i32(off_seq + run.first_input);
     a.softmax_scale = scale;
     a.splits = splits_for(run.count);
+    a.sm_limit = sm_limit;
     a.partial_o = partial_o.data_as<float>();
     a.partial_lse = partial_lse.data_as<float>();
     a.o = attn.data_as<uint16_t>() + run.first_row * qw;
@@ -204,6 +205,7 @@ void LlamaGpuModel::Impl::attend(int64_t l, const Part& part, const Stream& on) 
   }
 #else
   (void)l;
+  (void)sm_limit;
 #endif
 }
 

@@ -42,8 +42,8 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
     }
     return *compute_stream;
   };
-  // A GEMM's multiprocessors for a share of them (0: all).
-  auto gemm_sms = [&](int percent) {
+  // The multiprocessors of a share of them (0: all).
+  auto sms_of = [&](int percent) {
     return percent >= 100 ? 0 : std::max(1, sm_count * percent / 100);
   };
   const std::array<const Stream*, 3> sides = {&*compute_stream, &*memory_stream, &*network_stream};
@@ -95,8 +95,11 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
       [&](const sched::NanoBatch& nano, sched::Step op, const sched::Placement& where) {
         const Stream& on = stream_for(op.op, where);
         const size_t n = enter(nano, on);
-        traced(n, op, 1, where.stream.value_or(llama_op_kind(op.op)), on,
-               [&] { run_op(op.layer, op.op, parts[n], on, gemm_sms(where.gemm_sm_percent)); });
+        traced(n, op, 1, where.stream.value_or(llama_op_kind(op.op)), on, [&] {
+          const int share =
+              op.op == LlamaOp::kAttention ? where.attention_sm_percent : where.gemm_sm_percent;
+          run_op(op.layer, op.op, parts[n], on, sms_of(share));
+        });
       },
       // The fused groups the GPU model builds (execute() refused the others before the step).
       [&](const sched::NanoBatch& nano, sched::Step first, FusedGroup group,
@@ -118,7 +121,7 @@ void LlamaGpuModel::Impl::run_scheduled_layers(const Step& step, const sched::St
           if (c.count == 0) continue;
           const Part rows{parts[n].first_row + c.begin, c.count, {}, {}};
           traced(n, first, 1, OpKind::kCompute, *compute_stream, [&] {
-            run_op(first.layer, first.op, rows, *compute_stream, gemm_sms(how.gemm_sm_percent));
+            run_op(first.layer, first.op, rows, *compute_stream, sms_of(how.gemm_sm_percent));
           });
           hop->record(*compute_stream);  // after this chunk's GEMM
           hop->wait_on(*network_stream);

@@ -5,8 +5,8 @@
 // compute stream: they are short, and on the memory stream they would queue behind the other
 // nano-batch's attention and stall their own GEMMs. The GEMMs that run while the other
 // nano-batch's attention is in flight (all of them, or the first shared_gemms) take
-// gemm_sm_percent of the multiprocessors, so the attention keeps the rest (a persistent GEMM
-// would hold them all until it ends).
+// gemm_sm_percent of the multiprocessors, and each decode attention the rest: a persistent
+// kernel on every SM would hold them all until it ended, whichever of the two came first.
 #include "sched/strategies.h"
 #include "tessera/core/error.h"
 
@@ -47,6 +47,8 @@ void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {
           --shared_left;
         }
       }
+      if (s->op == LlamaOp::kAttention && gemm_sm_percent_ < 100)
+        where.attention_sm_percent = 100 - gemm_sm_percent_;
       ctx.run_next(n, where);
       if (s->op == LlamaOp::kAttention) {
         attending = n;

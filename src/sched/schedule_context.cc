@@ -100,6 +100,8 @@ void ScheduleContext::run(int n, Step step, const Placement& where) {
   check_ready(n, step);
   TESSERA_CHECK_ARG(where.gemm_sm_percent >= 1 && where.gemm_sm_percent <= 100,
                     "gemm_sm_percent = ", where.gemm_sm_percent, ": expected 1 to 100");
+  TESSERA_CHECK_ARG(where.attention_sm_percent >= 1 && where.attention_sm_percent <= 100,
+                    "attention_sm_percent = ", where.attention_sm_percent, ": expected 1 to 100");
   execute_(nanos_[size_t(n)], step, where);
   ++next_[size_t(n)];
   trace_.push_back({n, step});

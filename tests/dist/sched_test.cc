@@ -213,6 +213,9 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
       1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {});
   expect_error([&] { placed.run_next(0, {std::nullopt, 0}); }, ErrorCode::kInvalidArgument,
                {"gemm_sm_percent = 0", "1 to 100"});
+  const sched::Placement attention_over_all{std::nullopt, 100, 101};
+  expect_error([&] { placed.run_next(0, attention_over_all); }, ErrorCode::kInvalidArgument,
+               {"attention_sm_percent = 101", "1 to 100"});
   // Fused groups: only from the ready step, only with a fused executor, not past the chain.
   sched::ScheduleContext fused(
       1, {{0, 1, 0, 4}}, [](const sched::NanoBatch&, sched::Step, const sched::Placement&) {},
@@ -353,7 +356,7 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
   // collectives), and only then; everything but the attention (and real collectives) on the
   // compute stream; the GEMMs between one nano-batch's attention and its own next compute
   // operation (nanoflow:P), or the first W of them (nanoflow:P:W), run on P% of the
-  // multiprocessors, the others on all.
+  // multiprocessors, the others on all; each attention on the other (100 - P)%.
   const auto is_gemm = [](LlamaOp op) { return model::llama_op_kind(op) == OpKind::kCompute; };
   for (const auto& [name, group, window] :
        std::vector<std::tuple<std::string, int, int>>{{"nanoflow:60", 1, 0},
@@ -385,6 +388,8 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
         EXPECT_EQ(placed[i].gemm_sm_percent, beside ? 60 : 100) << "at " << i;
         shared += beside;
       }
+      EXPECT_EQ(placed[i].attention_sm_percent, s.op == LlamaOp::kAttention ? 40 : 100)
+          << "at " << i;
       if (s.op == LlamaOp::kAttention) {
         attending = n;
         left = window;

@@ -233,8 +233,10 @@ class DecodeGpu : public ::testing::Test {
   }
 
   // One step on the GPU and on the reference; checks the output and the caches.
+  // poison_tail: every cache slot past a sequence's new token holds NaN (the kernels must not
+  // read them into the result: a masked score times NaN is still NaN).
   void check_step(const ModelConfig& m, const Weights& w, int64_t batch, bool paged, int cluster,
-                  DecodeImpl impl = DecodeImpl::kFused) {
+                  DecodeImpl impl = DecodeImpl::kFused, bool poison_tail = false) {
     SCOPED_TRACE(::testing::Message() << m.name << " batch " << batch << (paged ? " paged" : " contiguous")
                                       << " cluster " << cluster << " max context " << max_context_
                                       << (impl == DecodeImpl::kUnfused ? " unfused" : " fused"));
@@ -246,6 +248,25 @@ class DecodeGpu : public ::testing::Test {
     Pair k = random(shape, kBf16, 21, -1.f, 1.f), v = random(shape, kBf16, 22, -1.f, 1.f);
     const Pair table = page_table(batch, 5);
     const Pair pos = ragged_positions(batch);
+    if (poison_tail) {
+      const int64_t row_elems = m.num_kv_heads * m.head_dim;
+      for (int64_t b = 0; b < batch; ++b) {
+        for (int64_t t = pos.host.data_as<int32_t>()[b] + 1; t < max_context_; ++t) {
+          const int64_t row =
+              paged ? int64_t(table.host.data_as<int32_t>()[b * (max_context_ / kPageSize) +
+                                                            t / kPageSize]) *
+                              kPageSize +
+                          t % kPageSize
+                    : b * max_context_ + t;
+          for (int64_t e = 0; e < row_elems; ++e) {
+            store_from_float(k.host.data(), kBf16, row * row_elems + e, std::nanf(""));
+            store_from_float(v.host.data(), kBf16, row * row_elems + e, std::nanf(""));
+          }
+        }
+      }
+      upload(k);
+      upload(v);
+    }
     Pair x = random({batch, m.hidden}, kBf16, 31, -1.f, 1.f);
     StepOutputs out = step_outputs(block, batch, m.hidden);
 
@@ -361,6 +382,20 @@ TEST_F(DecodeGpu, UnfusedSplitKvMatchesReference) {
     max_context_ = 2048;
     check_step(m, w, 3, true, 0, DecodeImpl::kUnfused);
     max_context_ = kMaxContext;
+  }
+}
+
+// The TMA-fed kernel loads whole 16-token blocks and the cp.async one zero-fills: cache slots
+// past each sequence's token (NaN here) stay out of the result, at every ragged tail.
+TEST_F(DecodeGpu, UnfusedSplitKvIgnoresCacheSlotsPastTheContext) {
+  ModelConfig d64 = ModelConfig::llama3_8b();
+  d64.name = "head_dim 64, 32:2 heads";
+  d64.head_dim = 64;
+  d64.num_kv_heads = 2;
+  for (const ModelConfig& m : {ModelConfig::llama3_8b(), d64}) {
+    const Weights w = weights(m);
+    for (const bool paged : {true, false})
+      check_step(m, w, 16, paged, 0, DecodeImpl::kUnfused, /*poison_tail=*/true);
   }
 }
 

@@ -286,7 +286,7 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
        {"prompt-len", "", "length of the step's new prompts (default 512 on cuda, 20 on cpu)"},
        {"strategies", "all",
         "comma list of strategies (sequential, nanoflow, nanoflow:P with P the GEMMs' share of the "
-        "SMs, dual_batch, single_batch, single_batch:R with R rows a chunk, tokenweave, auto: the "
+        "SMs and the decode attention's the rest, dual_batch, single_batch, single_batch:R with R rows a chunk, tokenweave, auto: the "
         "rule with the measured table), or all (every "
         "strategy but auto)"},
        {"warmup", "2", "untimed steps per case"},

@@ -44,11 +44,14 @@ struct Step {
 
 // Where a strategy runs one operation. stream: the stream of that kind (none: the operation's
 // own kind's). gemm_sm_percent: its GEMMs take at most that share of the multiprocessors, the
-// rest staying free for what another stream runs beside it (NanoFlow's partition of the GPU).
-// The cpu backend runs every operation inline and ignores both.
+// rest staying free for what another stream runs beside it (NanoFlow's partition of the GPU);
+// attention_sm_percent, the same for its decode attention (the split-KV kernel's persistent
+// grid, where it takes the shapes: kernels/decode/split_kv_tma_launch.h). The cpu backend runs
+// every operation inline and ignores the three.
 struct Placement {
   std::optional<model::OpKind> stream;
-  int gemm_sm_percent = 100;  // 1 to 100
+  int gemm_sm_percent = 100;       // 1 to 100
+  int attention_sm_percent = 100;  // 1 to 100
 };
 
 // The steps a strategy schedules (DynaFlow's partition of a model into schedulable

@@ -27,6 +27,7 @@ void cuda_split_kv_attention(const SplitKvAttention& a, const Stream& stream) {
   p.positions = a.positions;
   p.softmax_scale = a.softmax_scale;
   p.splits = a.splits;
+  p.sm_limit = a.sm_limit;
   p.partial_o = a.partial_o;
   p.partial_lse = a.partial_lse;
   p.o = a.o;

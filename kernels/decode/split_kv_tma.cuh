@@ -1,0 +1,358 @@
+// Split-KV decode attention fed by TMA: launch_split_kv_attention's kernel for 16-bit caches at
+// head dimensions 64 and 128 whose 16-token blocks are contiguous rows (a contiguous cache, or
+// pages of a multiple of 16 tokens); split_kv_mma.cuh keeps the cp.async form for the others.
+//
+// Why: the cp.async kernel draws about 31 GB/s from each multiprocessor, so it needs all of them
+// to reach the HBM's bandwidth, and an attention that runs beside a GEMM (NanoFlow's overlap)
+// took its bandwidth away in proportion to the SMs it gave up. This one keeps several tiles in
+// flight per multiprocessor without threads waiting on them: 4.0 TB/s from 66 SMs where the
+// cp.async kernel drew 2.1 (docs/PERF.md, "Decode attention from a share of the SMs").
+//
+// A CTA runs kPipes independent pipelines, each a producer warp and kWarps consumer warps:
+//   producer: for each 16-token block of a tile, one TMA box {64 elements, 16 rows} per 64
+//             columns of the head, for K and for V, from 2D tensor maps over the caches
+//             ([rows, Hkv * D], 128-byte swizzle), into kStages buffers with mbarriers;
+//   consumers: warp w takes block w of each tile with split_kv_mma's math (the query heads of a
+//             KV group as MMA rows), then the warps meet in the pipeline's own merge area and
+//             write the partials merge_splits_kernel reads.
+// Separate pipelines keep their own pace (one CTA whose eight warps share one barrier per tile
+// drew 33 GB/s an SM; four pipelines of two warps, 60). The CTA takes a whole multiprocessor and
+// the grid is persistent over the (split, KV head, sequence) items, so `sm_limit` CTAs take
+// exactly that many SMs whatever else runs. Items go to CTAs first, then to a CTA's pipelines,
+// so a few items still spread over every SM.
+//
+// Splits are whole tiles (the chunk rounded up to kTile tokens), so every tile starts on a
+// block. Rows of a tile past the split's end are either not loaded or past the context (cache
+// slots that may hold anything, NaN included): the consumer zeroes its V rows there before the
+// P.V MMAs (P is 0 there, and 0 x NaN would be NaN); their scores are masked.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <cstdio>
+
+#include "decode/decode_device.cuh"
+#include "decode/mma_device.cuh"
+#include "decode/split_kv_mma.cuh"
+#include "decode/unfused_launch.h"
+
+namespace tessera::decode::kernels::split_kv_tma {
+
+// The K and V caches' tensor maps ([rows, Hkv * D] of T, box {64, 16}, 128-byte swizzle).
+struct CacheMaps {
+  CUtensorMap k, v;
+};
+
+inline constexpr int kBlock = 16;                                      // tokens a box
+inline constexpr uint64_t kWaitTimeoutNs = 5ull * 1000 * 1000 * 1000;  // never this long
+
+template <int D, int kWarps, int kStages, int kPipes>
+struct Geometry {
+  static_assert(D == 64 || D == 128, "O's accumulators take D / 2 registers a thread");
+  static constexpr int kTile = kBlock * kWarps;
+  static constexpr int kBoxes = D / 64;  // boxes a row block
+  static constexpr int kBoxBytes = kBlock * 128;
+  static constexpr int kSideBytes = kTile * D * 2;  // K or V of a tile
+  static constexpr int kStageBytes = 2 * kSideBytes;
+  static constexpr int kBufferBytes = kStages * kStageBytes;
+  static constexpr int kOStride = D + 8;  // floats a merged row
+  static constexpr int kThreads = kPipes * (kWarps + 1) * 32;
+  // One pipeline's bytes: tile buffers, merge area for `group` rows, barriers; whole KB, so
+  // every pipeline's buffers stay 1024-byte aligned as the swizzle needs.
+  __host__ __device__ static constexpr int pipe_bytes(int group) {
+    const int merge = (kWarps * group * kOStride + 2 * kWarps * group) * 4;
+    return (kBufferBytes + merge + 2 * kStages * 8 + 1023) / 1024 * 1024;
+  }
+  static constexpr int smem_bytes(int group) { return 1024 + kPipes * pipe_bytes(group); }
+  // Byte offset of (row r of the tile, 16-byte chunk ch of the head) in one side of a stage:
+  // boxes in (block, 64-column half) order; within a box, chunk j of row r at j ^ (r % 8).
+  __device__ static int at(int r, int ch) {
+    const int row = r % kBlock, j = ch % 8;
+    return (((r / kBlock) * kBoxes + ch / 8) * kBlock + row) * 128 + ((j ^ (row & 7)) << 4);
+  }
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void bar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+
+__device__ __forceinline__ void bar_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+               "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ bool bar_try_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(done)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
+// A wait that outlived kWaitTimeoutNs: the pipeline is broken; say where, then trap (the host
+// sees a launch failure). Out of line, so the waits cost no registers.
+static __device__ __noinline__ void stalled(const char* what, int stage, int pipe) {
+  printf(
+      "tessera split-KV TMA kernel: block %d pipe %d waited more than 5 s for stage %d to be "
+      "%s\n",
+      int(blockIdx.x), pipe, stage, what);
+  __trap();
+}
+
+__device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity, const char* what,
+                                         int stage, int pipe) {
+  if (bar_try_wait(bar, parity)) return;
+  uint64_t start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  while (!bar_try_wait(bar, parity)) {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    if (now - start > kWaitTimeoutNs) stalled(what, stage, pipe);
+  }
+}
+
+__device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, int column, int row,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
+      "{%2, %3}], [%4];" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(column), "r"(row), "r"(smem_u32(bar))
+      : "memory");
+}
+
+// The tokens [begin, end) of one item: split `split` of sequence b's context, in whole tiles.
+struct Span {
+  int split, kv_head, b;
+  int64_t begin, end;
+};
+
+template <int kTile>
+__device__ inline Span span_of(const UnfusedDecodeParams& p, int item) {
+  Span s;
+  s.split = item % p.splits;
+  s.kv_head = (item / p.splits) % p.num_kv_heads;
+  s.b = item / (p.splits * p.num_kv_heads);
+  const int64_t context = int64_t(p.positions[s.b]) + 1;
+  const int64_t chunk = ((context + p.splits - 1) / p.splits + kTile - 1) / kTile * kTile;
+  s.begin = min(context, s.split * chunk);
+  s.end = min(context, s.begin + chunk);
+  return s;
+}
+
+template <typename T, int D, int kWarps, int kStages, int kPipes>
+__global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
+    split_kv_tma_kernel(const UnfusedDecodeParams p, const __grid_constant__ CacheMaps maps) {
+  using G = Geometry<D, kWarps, kStages, kPipes>;
+  constexpr int kKSteps = D / 16, kNTiles = D / 8;
+  extern __shared__ char smem_raw[];
+  const int group = p.num_heads / p.num_kv_heads;
+  const int pipe = threadIdx.x / ((kWarps + 1) * 32), local = threadIdx.x % ((kWarps + 1) * 32);
+  const int lane = local % 32, warp = local / 32;
+  char* buf =
+      reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023)) +
+      pipe * G::pipe_bytes(group);
+  float* o_s = reinterpret_cast<float*>(buf + G::kBufferBytes);  // [kWarps][group][kOStride]
+  float* m_s = o_s + kWarps * group * G::kOStride;               // [kWarps][group]
+  float* l_s = m_s + kWarps * group;                             // [kWarps][group]
+  uint64_t* full = reinterpret_cast<uint64_t*>(l_s + kWarps * group);
+  uint64_t* empty = full + kStages;
+  if (local == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      bar_init(&full[s], 1);
+      bar_init(&empty[s], kWarps);
+    }
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  const int items = p.splits * p.num_kv_heads * p.batch;
+  const int first_item = pipe * gridDim.x + blockIdx.x, stride = kPipes * gridDim.x;
+
+  if (warp == kWarps) {  // the producer
+    int k = 0;           // tiles issued
+    for (int item = first_item; item < items; item += stride) {
+      const Span sp = span_of<G::kTile>(p, item);
+      const int tiles = int((sp.end - sp.begin + G::kTile - 1) / G::kTile);
+      for (int i = 0; i < tiles; ++i, ++k) {
+        const int s = k % kStages;
+        const int64_t t0 = sp.begin + int64_t(i) * G::kTile;
+        const int blocks = int(min(int64_t(kWarps), (sp.end - t0 + kBlock - 1) / kBlock));
+        // Lane -> (block, side, 64-column box); its page lookup before the wait, so its latency
+        // hides behind the consumers'.
+        constexpr int kLoads = kWarps * 2 * G::kBoxes;
+        static_assert(kLoads <= 32, "one box a lane");
+        const int block = lane / (2 * G::kBoxes), side = (lane / G::kBoxes) % 2;
+        const int box = lane % G::kBoxes;
+        const bool loads = lane < kLoads && block < blocks;
+        const int64_t row = loads ? cache_row_of(p, sp.b, t0 + block * kBlock) : 0;
+        if (k >= kStages) bar_wait(&empty[s], ((k / kStages) - 1) & 1, "empty", s, pipe);
+        if (lane == 0) bar_expect(&full[s], uint32_t(blocks) * kBlock * D * 2 * 2);
+        __syncwarp();
+        if (loads)
+          load_box(buf + s * G::kStageBytes + side * G::kSideBytes +
+                       (block * G::kBoxes + box) * G::kBoxBytes,
+                   side == 0 ? &maps.k : &maps.v, sp.kv_head * D + box * 64, int(row), &full[s]);
+      }
+    }
+    return;
+  }
+
+  const int g = lane / 4, c = lane % 4;
+  const float scale = p.softmax_scale * kLog2e;
+  const int64_t q_stride = p.q_stride > 0 ? p.q_stride : int64_t(p.num_heads) * D;
+  int k = 0;  // tiles consumed
+  for (int item = first_item; item < items; item += stride) {
+    const Span sp = span_of<G::kTile>(p, item);
+    const int tiles = int((sp.end - sp.begin + G::kTile - 1) / G::kTile);
+    // Q's A fragments (rows g and g + 8, columns 2c, 2c + 1 and 2c + 8, 2c + 9 of each k16 step).
+    const T* q = static_cast<const T*>(p.q) + sp.b * q_stride + int64_t(sp.kv_head) * group * D;
+    uint32_t qa[kKSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = g + 8 * (r % 2), col = kk * 16 + 2 * c + 8 * (r / 2);
+        qa[kk][r] = row < group ? *reinterpret_cast<const uint32_t*>(q + row * D + col) : 0u;
+      }
+    }
+    float m[2] = {kNoKey, kNoKey}, l[2] = {0.f, 0.f};  // rows g, g + 8
+    float o[kNTiles][4];
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    for (int i = 0; i < tiles; ++i, ++k) {
+      const int st = k % kStages;
+      bar_wait(&full[st], (k / kStages) & 1, "full", st, pipe);
+      char* k_s = buf + st * G::kStageBytes;
+      char* v_s = k_s + G::kSideBytes;
+      const int64_t tw = sp.begin + int64_t(i) * G::kTile + warp * kBlock;  // this warp's block
+      if (tw + kBlock > sp.end) {
+        const int valid = int(max(int64_t(0), sp.end - tw));
+        for (int e = lane; e < kBlock * (D / 8); e += 32) {
+          const int r = e / (D / 8);
+          if (r >= valid)
+            *reinterpret_cast<uint4*>(v_s + G::at(warp * kBlock + r, e % (D / 8))) = uint4{};
+        }
+        // These stores come before the next TMA write of the buffer (another proxy).
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncwarp();
+      }
+      float s[2][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t kb[4];
+        ldmatrix_x4<false>(
+            kb, k_s + G::at(warp * kBlock + (lane / 16) * 8 + lane % 8, 2 * kk + (lane / 8) % 2));
+        mma16816<T>(s[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kb[0], kb[1]);
+        mma16816<T>(s[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kb[2], kb[3]);
+      }
+      // s[j][e]: row g + 8 (e / 2), token tw + 8 j + 2 c + e % 2.
+      const int64_t t0 = tw + 2 * c;
+      float mx[2] = {kNoKey, kNoKey};
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = t0 + 8 * j + e % 2 < sp.end ? s[j][e] * scale : kNoKey;
+          mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
+        }
+      }
+      float f[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        const float m_new = fmaxf(m[r], mx[r]);
+        f[r] = rescale(m[r], m_new);
+        m[r] = m_new;
+        l[r] *= f[r];
+      }
+      uint32_t pa[4];
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float pr[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pr[e] = m[e / 2] == kNoKey ? 0.f : exp2f(s[j][e] - m[e / 2]);
+          l[e / 2] += pr[e];
+        }
+        pa[2 * j] = split_kv_mma::pack2<T>(pr[0], pr[1]);
+        pa[2 * j + 1] = split_kv_mma::pack2<T>(pr[2], pr[3]);
+      }
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        o[n][0] *= f[0];
+        o[n][1] *= f[0];
+        o[n][2] *= f[1];
+        o[n][3] *= f[1];
+      }
+#pragma unroll
+      for (int n = 0; n < kNTiles; n += 2) {
+        uint32_t vb[4];
+        const int row = warp * kBlock + ((lane / 8) % 2) * 8 + lane % 8;
+        ldmatrix_x4<true>(vb, v_s + G::at(row, n + lane / 16));
+        mma16816<T>(o[n], pa[0], pa[1], pa[2], pa[3], vb[0], vb[1]);
+        mma16816<T>(o[n + 1], pa[0], pa[1], pa[2], pa[3], vb[2], vb[3]);
+      }
+      __syncwarp();
+      if (lane == 0) bar_arrive(&empty[st]);
+    }
+    // The warps' rows meet in the pipeline's merge area (its consumers only: named barrier).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + pipe), "r"(kWarps * 32) : "memory");
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = g + 8 * r;
+      if (row >= group) continue;
+      if (c == 0) {
+        m_s[warp * group + row] = m[r];
+        l_s[warp * group + row] = l[r];
+      }
+      float* dst = o_s + (warp * group + row) * G::kOStride + 2 * c;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
+    }
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + pipe), "r"(kWarps * 32) : "memory");
+    // Four consecutive columns of one row a thread: the warps added in order, then o / l.
+    for (int it = local; it < group * D / 4; it += kWarps * 32) {
+      const int row = it / (D / 4), col = it % (D / 4) * 4;
+      float mm = kNoKey;
+      for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w * group + row]);
+      float ll = 0.f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int w = 0; w < kWarps; ++w) {
+        const float fw = rescale(m_s[w * group + row], mm);
+        const float4 v =
+            *reinterpret_cast<const float4*>(o_s + (w * group + row) * G::kOStride + col);
+        ll += l_s[w * group + row] * fw;
+        acc.x += v.x * fw;
+        acc.y += v.y * fw;
+        acc.z += v.z * fw;
+        acc.w += v.w * fw;
+      }
+      const float inv = ll > 0.f ? 1.f / ll : 0.f;
+      const int64_t bh = int64_t(sp.b) * p.num_heads + sp.kv_head * group + row;
+      *reinterpret_cast<float4*>(p.partial_o + (bh * p.splits + sp.split) * D + col) =
+          make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+      if (col == 0) p.partial_lse[bh * p.splits + sp.split] = ll > 0.f ? mm + log2f(ll) : kNoKey;
+    }
+  }
+}
+
+}  // namespace tessera::decode::kernels::split_kv_tma
