@@ -124,12 +124,21 @@ __device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity, const c
   }
 }
 
+// An L2 policy that evicts the lines it loads first: each cache row is read once a step, and
+// streaming gigabytes through L2 at full priority would push out what a kernel beside this one
+// (NanoFlow's GEMM) re-reads.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
 __device__ __forceinline__ void load_box(void* dst, const CUtensorMap* map, int column, int row,
-                                         uint64_t* bar) {
+                                         uint64_t* bar, uint64_t policy) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, "
-      "{%2, %3}], [%4];" ::"r"(smem_u32(dst)),
-      "l"(map), "r"(column), "r"(row), "r"(smem_u32(bar))
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_u32(dst)),
+      "l"(map), "r"(column), "r"(row), "r"(smem_u32(bar)), "l"(policy)
       : "memory");
 }
 
@@ -181,7 +190,8 @@ __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
   const int first_item = pipe * gridDim.x + blockIdx.x, stride = kPipes * gridDim.x;
 
   if (warp == kWarps) {  // the producer
-    int k = 0;           // tiles issued
+    const uint64_t policy = evict_first_policy();
+    int k = 0;  // tiles issued
     for (int item = first_item; item < items; item += stride) {
       const Span sp = span_of<G::kTile>(p, item);
       const int tiles = int((sp.end - sp.begin + G::kTile - 1) / G::kTile);
@@ -203,7 +213,8 @@ __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
         if (loads)
           load_box(buf + s * G::kStageBytes + side * G::kSideBytes +
                        (block * G::kBoxes + box) * G::kBoxBytes,
-                   side == 0 ? &maps.k : &maps.v, sp.kv_head * D + box * 64, int(row), &full[s]);
+                   side == 0 ? &maps.k : &maps.v, sp.kv_head * D + box * 64, int(row), &full[s],
+                   policy);
       }
     }
     return;
