@@ -12,9 +12,9 @@
 //   producer: for each 16-token block of a tile, one TMA box {64 elements, 16 rows} per 64
 //             columns of the head, for K and for V, from 2D tensor maps over the caches
 //             ([rows, Hkv * D], 128-byte swizzle), into kStages buffers with mbarriers;
-//   consumers: warp w takes block w of each tile with split_kv_mma's math (the query heads of a
-//             KV group as MMA rows), then the warps meet in the pipeline's own merge area and
-//             write the partials merge_splits_kernel reads.
+//   consumers: warp w takes block w of each tile with split_kv_warp.cuh's math (the query heads
+//             of a KV group as MMA rows), then the warps meet in the pipeline's own merge area
+//             and write the partials merge_splits_kernel reads.
 // Separate pipelines keep their own pace (one CTA whose eight warps share one barrier per tile
 // drew 33 GB/s an SM; four pipelines of two warps, 60). The CTA takes a whole multiprocessor and
 // the grid is persistent over the (split, KV head, sequence) items, so `sm_limit` CTAs take
@@ -32,9 +32,9 @@
 #include <cstdint>
 #include <cstdio>
 
+#include "common/mbarrier.cuh"
 #include "decode/decode_device.cuh"
-#include "decode/mma_device.cuh"
-#include "decode/split_kv_mma.cuh"
+#include "decode/split_kv_warp.cuh"
 #include "decode/unfused_launch.h"
 
 namespace tessera::decode::kernels::split_kv_tma {
@@ -56,7 +56,7 @@ struct Geometry {
   static constexpr int kSideBytes = kTile * D * 2;  // K or V of a tile
   static constexpr int kStageBytes = 2 * kSideBytes;
   static constexpr int kBufferBytes = kStages * kStageBytes;
-  static constexpr int kOStride = D + 8;  // floats a merged row
+  static constexpr int kOStride = split_kv_warp::kMergeStride<D>;
   static constexpr int kThreads = kPipes * (kWarps + 1) * 32;
   // One pipeline's bytes: tile buffers, merge area for `group` rows, barriers; whole KB, so
   // every pipeline's buffers stay 1024-byte aligned as the swizzle needs.
@@ -73,35 +73,12 @@ struct Geometry {
   }
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void bar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-__device__ __forceinline__ void bar_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-               "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ bool bar_try_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\t"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-      "selp.u32 %0, 1, 0, p;\n\t}"
-      : "=r"(done)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
+using ::tessera::kernels::global_timer_ns;
+using ::tessera::kernels::mbar_arrive;
+using ::tessera::kernels::mbar_arrive_expect_tx;
+using ::tessera::kernels::mbar_init;
+using ::tessera::kernels::mbar_try_wait;
+using ::tessera::kernels::smem_u32;
 
 // A wait that outlived kWaitTimeoutNs: the pipeline is broken; say where, then trap (the host
 // sees a launch failure). Out of line, so the waits cost no registers.
@@ -113,15 +90,12 @@ static __device__ __noinline__ void stalled(const char* what, int stage, int pip
   __trap();
 }
 
-__device__ __forceinline__ void bar_wait(uint64_t* bar, uint32_t parity, const char* what,
-                                         int stage, int pipe) {
-  if (bar_try_wait(bar, parity)) return;
-  uint64_t start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  while (!bar_try_wait(bar, parity)) {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-    if (now - start > kWaitTimeoutNs) stalled(what, stage, pipe);
-  }
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity, const char* what,
+                                          int stage, int pipe) {
+  if (mbar_try_wait(bar, parity)) return;
+  const uint64_t start = global_timer_ns();
+  while (!mbar_try_wait(bar, parity))
+    if (global_timer_ns() - start > kWaitTimeoutNs) stalled(what, stage, pipe);
 }
 
 // An L2 policy that evicts the lines it loads first: each cache row is read once a step, and
@@ -165,7 +139,6 @@ template <typename T, int D, int kWarps, int kStages, int kPipes>
 __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
     split_kv_tma_kernel(const UnfusedDecodeParams p, const __grid_constant__ CacheMaps maps) {
   using G = Geometry<D, kWarps, kStages, kPipes>;
-  constexpr int kKSteps = D / 16, kNTiles = D / 8;
   extern __shared__ char smem_raw[];
   const int group = p.num_heads / p.num_kv_heads;
   const int pipe = threadIdx.x / ((kWarps + 1) * 32), local = threadIdx.x % ((kWarps + 1) * 32);
@@ -180,8 +153,8 @@ __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
   uint64_t* empty = full + kStages;
   if (local == 0) {
     for (int s = 0; s < kStages; ++s) {
-      bar_init(&full[s], 1);
-      bar_init(&empty[s], kWarps);
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kWarps);
     }
   }
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -207,8 +180,8 @@ __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
         const int box = lane % G::kBoxes;
         const bool loads = lane < kLoads && block < blocks;
         const int64_t row = loads ? cache_row_of(p, sp.b, t0 + block * kBlock) : 0;
-        if (k >= kStages) bar_wait(&empty[s], ((k / kStages) - 1) & 1, "empty", s, pipe);
-        if (lane == 0) bar_expect(&full[s], uint32_t(blocks) * kBlock * D * 2 * 2);
+        if (k >= kStages) mbar_wait(&empty[s], ((k / kStages) - 1) & 1, "empty", s, pipe);
+        if (lane == 0) mbar_arrive_expect_tx(&full[s], uint32_t(blocks) * kBlock * D * 2 * 2);
         __syncwarp();
         if (loads)
           load_box(buf + s * G::kStageBytes + side * G::kSideBytes +
@@ -220,36 +193,25 @@ __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
     return;
   }
 
-  const int g = lane / 4, c = lane % 4;
   const float scale = p.softmax_scale * kLog2e;
   const int64_t q_stride = p.q_stride > 0 ? p.q_stride : int64_t(p.num_heads) * D;
   int k = 0;  // tiles consumed
   for (int item = first_item; item < items; item += stride) {
     const Span sp = span_of<G::kTile>(p, item);
     const int tiles = int((sp.end - sp.begin + G::kTile - 1) / G::kTile);
-    // Q's A fragments (rows g and g + 8, columns 2c, 2c + 1 and 2c + 8, 2c + 9 of each k16 step).
-    const T* q = static_cast<const T*>(p.q) + sp.b * q_stride + int64_t(sp.kv_head) * group * D;
-    uint32_t qa[kKSteps][4];
-#pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int row = g + 8 * (r % 2), col = kk * 16 + 2 * c + 8 * (r / 2);
-        qa[kk][r] = row < group ? *reinterpret_cast<const uint32_t*>(q + row * D + col) : 0u;
-      }
-    }
-    float m[2] = {kNoKey, kNoKey}, l[2] = {0.f, 0.f};  // rows g, g + 8
-    float o[kNTiles][4];
-#pragma unroll
-    for (int n = 0; n < kNTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    uint32_t qa[D / 16][4];
+    split_kv_warp::load_q<T, D>(
+        static_cast<const T*>(p.q) + sp.b * q_stride + int64_t(sp.kv_head) * group * D, group, lane,
+        qa);
+    split_kv_warp::Partial<D> w;
     for (int i = 0; i < tiles; ++i, ++k) {
       const int st = k % kStages;
-      bar_wait(&full[st], (k / kStages) & 1, "full", st, pipe);
-      char* k_s = buf + st * G::kStageBytes;
-      char* v_s = k_s + G::kSideBytes;
-      const int64_t tw = sp.begin + int64_t(i) * G::kTile + warp * kBlock;  // this warp's block
-      if (tw + kBlock > sp.end) {
-        const int valid = int(max(int64_t(0), sp.end - tw));
+      mbar_wait(&full[st], (k / kStages) & 1, "full", st, pipe);
+      const char* k_s = buf + st * G::kStageBytes;
+      char* v_s = buf + st * G::kStageBytes + G::kSideBytes;
+      const int64_t first = sp.begin + int64_t(i) * G::kTile + warp * kBlock;  // this warp's block
+      if (first + kBlock > sp.end) {
+        const int valid = int(max(int64_t(0), sp.end - first));
         for (int e = lane; e < kBlock * (D / 8); e += 32) {
           const int r = e / (D / 8);
           if (r >= valid)
@@ -259,110 +221,20 @@ __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncwarp();
       }
-      float s[2][4] = {};
-#pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk) {
-        uint32_t kb[4];
-        ldmatrix_x4<false>(
-            kb, k_s + G::at(warp * kBlock + (lane / 16) * 8 + lane % 8, 2 * kk + (lane / 8) % 2));
-        mma16816<T>(s[0], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kb[0], kb[1]);
-        mma16816<T>(s[1], qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], kb[2], kb[3]);
-      }
-      // s[j][e]: row g + 8 (e / 2), token tw + 8 j + 2 c + e % 2.
-      const int64_t t0 = tw + 2 * c;
-      float mx[2] = {kNoKey, kNoKey};
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] = t0 + 8 * j + e % 2 < sp.end ? s[j][e] * scale : kNoKey;
-          mx[e / 2] = fmaxf(mx[e / 2], s[j][e]);
-        }
-      }
-      float f[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        const float m_new = fmaxf(m[r], mx[r]);
-        f[r] = rescale(m[r], m_new);
-        m[r] = m_new;
-        l[r] *= f[r];
-      }
-      uint32_t pa[4];
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        float pr[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          pr[e] = m[e / 2] == kNoKey ? 0.f : exp2f(s[j][e] - m[e / 2]);
-          l[e / 2] += pr[e];
-        }
-        pa[2 * j] = split_kv_mma::pack2<T>(pr[0], pr[1]);
-        pa[2 * j + 1] = split_kv_mma::pack2<T>(pr[2], pr[3]);
-      }
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        o[n][0] *= f[0];
-        o[n][1] *= f[0];
-        o[n][2] *= f[1];
-        o[n][3] *= f[1];
-      }
-#pragma unroll
-      for (int n = 0; n < kNTiles; n += 2) {
-        uint32_t vb[4];
-        const int row = warp * kBlock + ((lane / 8) % 2) * 8 + lane % 8;
-        ldmatrix_x4<true>(vb, v_s + G::at(row, n + lane / 16));
-        mma16816<T>(o[n], pa[0], pa[1], pa[2], pa[3], vb[0], vb[1]);
-        mma16816<T>(o[n + 1], pa[0], pa[1], pa[2], pa[3], vb[2], vb[3]);
-      }
+      split_kv_warp::attend<T, D>(
+          qa, [&](int r, int ch) { return k_s + G::at(warp * kBlock + r, ch); },
+          [&](int r, int ch) { return v_s + G::at(warp * kBlock + r, ch); }, first, sp.end, scale,
+          lane, w);
       __syncwarp();
-      if (lane == 0) bar_arrive(&empty[st]);
+      if (lane == 0) mbar_arrive(&empty[st]);
     }
     // The warps' rows meet in the pipeline's merge area (its consumers only: named barrier).
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    }
+    w.reduce_sums();
     asm volatile("bar.sync %0, %1;" ::"r"(1 + pipe), "r"(kWarps * 32) : "memory");
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = g + 8 * r;
-      if (row >= group) continue;
-      if (c == 0) {
-        m_s[warp * group + row] = m[r];
-        l_s[warp * group + row] = l[r];
-      }
-      float* dst = o_s + (warp * group + row) * G::kOStride + 2 * c;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n)
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r], o[n][2 * r + 1]);
-    }
+    split_kv_warp::stash(w, group, warp * group, lane, o_s, m_s, l_s);
     asm volatile("bar.sync %0, %1;" ::"r"(1 + pipe), "r"(kWarps * 32) : "memory");
-    // Four consecutive columns of one row a thread: the warps added in order, then o / l.
-    for (int it = local; it < group * D / 4; it += kWarps * 32) {
-      const int row = it / (D / 4), col = it % (D / 4) * 4;
-      float mm = kNoKey;
-      for (int w = 0; w < kWarps; ++w) mm = fmaxf(mm, m_s[w * group + row]);
-      float ll = 0.f;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int w = 0; w < kWarps; ++w) {
-        const float fw = rescale(m_s[w * group + row], mm);
-        const float4 v =
-            *reinterpret_cast<const float4*>(o_s + (w * group + row) * G::kOStride + col);
-        ll += l_s[w * group + row] * fw;
-        acc.x += v.x * fw;
-        acc.y += v.y * fw;
-        acc.z += v.z * fw;
-        acc.w += v.w * fw;
-      }
-      const float inv = ll > 0.f ? 1.f / ll : 0.f;
-      const int64_t bh = int64_t(sp.b) * p.num_heads + sp.kv_head * group + row;
-      *reinterpret_cast<float4*>(p.partial_o + (bh * p.splits + sp.split) * D + col) =
-          make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-      if (col == 0) p.partial_lse[bh * p.splits + sp.split] = ll > 0.f ? mm + log2f(ll) : kNoKey;
-    }
+    split_kv_warp::write_partials<D>(o_s, m_s, l_s, kWarps, group, group, local, kWarps * 32, p,
+                                     sp.b, sp.kv_head, sp.split);
   }
 }
 
