@@ -14,9 +14,10 @@ inline constexpr int64_t kSplitOverheadTokens = 64;
 // The split count for `batch` sequences of up to `max_context` tokens over `kv_heads` KV heads,
 // where `ctas_per_wave` of the kernel's CTAs are resident at once (multiprocessors x CTAs each).
 // A step takes about (waves of batch x kv_heads x splits CTAs) x (tokens a split + overhead):
-// the count with the least of that wins, the smaller on a tie. On an H200 (3 CTAs a
-// multiprocessor) this is one full wave wherever it can be: 32 splits at batch 1, context 4096;
-// 49 at 16384; 3 at batch 16 (docs/PERF.md, "Split-KV decode on tensor cores").
+// the count with the least of that wins, the smaller on a tie. On an H200 this is one full wave
+// wherever it can be: with the cp.async kernel's 3 CTAs a multiprocessor 32 splits at batch 1,
+// context 4096, 49 at 16384, 3 at batch 16 (docs/PERF.md, "Split-KV decode on tensor cores");
+// with the TMA kernel's 4 pipelines (its "CTAs") 32, 66 and 4.
 int split_kv_splits(int64_t batch, int64_t kv_heads, int64_t max_context, int64_t ctas_per_wave);
 
 }  // namespace tessera::decode
