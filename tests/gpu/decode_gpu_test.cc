@@ -375,7 +375,13 @@ TEST_F(DecodeGpu, UnfusedSplitKvMatchesReference) {
   d256.head_dim = 256;
   d256.num_heads = 16;
   d256.num_kv_heads = 4;
-  for (const ModelConfig& m : {ModelConfig::llama2_7b(), ModelConfig::llama3_8b(), d64, d256}) {
+  // Groups over 4 at head dimension 128 take the TMA kernel's three-pipeline form (bigger merge
+  // areas): Qwen2.5-7B's 28:4 heads, a group of 7.
+  ModelConfig g7 = ModelConfig::llama3_8b();
+  g7.name = "head_dim 128, 28:4 heads";
+  g7.num_heads = 28;
+  g7.num_kv_heads = 4;
+  for (const ModelConfig& m : {ModelConfig::llama2_7b(), ModelConfig::llama3_8b(), d64, d256, g7}) {
     const Weights w = weights(m);
     for (const Case& c : pick(every_batch_and_layout({}), {{3, true, 0}, {16, false, 0}}))
       check_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
