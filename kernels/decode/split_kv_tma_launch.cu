@@ -21,10 +21,10 @@ namespace {
 
 namespace tma = split_kv_tma;
 
-// Two consumer warps and three 32-token stages a pipeline (measured on an H200 against one,
-// four and eight warps a pipeline, one to four pipelines a CTA, and two to six stages: docs/
-// PERF.md, "Decode attention from a share of the SMs"); four pipelines where the merge areas
-// fit beside them (groups up to 4 at head dimension 128), else three.
+// Two consumer warps and three 32-token stages a pipeline, four pipelines a CTA (measured on an
+// H200 against one to eight warps a pipeline, one to eight pipelines a CTA and two to six
+// stages: docs/PERF.md, "Decode attention from a share of the SMs"); three pipelines where four
+// merge areas do not fit (groups over 4 at head dimension 128).
 constexpr int kWarps = 2, kStages = 3;
 
 template <int D>
