@@ -5,10 +5,10 @@
 // KV head g and writes the split's (o, lse) to the workspace. At head dimensions 64 and 128 the
 // TMA-fed kernel of split_kv_tma.cuh where the cache's 16-token blocks are contiguous rows (its
 // splits whole 32-token tiles), else the cp.async tensor-core kernel of split_kv_mma.cuh; at
-// 256 split_kv_kernel below: keys and values arrive
-// in shared memory 32 tokens at a time (cp.async, double-buffered), a warp takes 8 tokens of
-// each, four lanes a token for the scores, an online softmax in the log2 domain, then a lane per
-// D/32 dimensions for the values; the warps merge in order. merge_splits adds the splits of each
+// 256 split_kv_kernel below: keys and values arrive in shared memory 32 tokens at a time
+// (cp.async, double-buffered), a warp takes 8 tokens of each, four lanes a token for the scores,
+// an online softmax in the log2 domain, then a lane per D/32 dimensions for the values; the
+// warps merge in order. merge_splits adds the splits of each
 // (b, h) in split order (deterministic).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
