@@ -2,8 +2,9 @@
 // caches at head dimensions 64 and 128 (unfused_kernels.cu keeps the CUDA-core kernel for 256).
 //
 // CTA (split, kv_head, b) takes the split's tokens of [0, positions[b]] for the G <= 16 query
-// heads of one KV head, which are the rows of m16n8k16 MMAs: each key and value row is read once
-// for the group, and a warp's work for 16 tokens is a few dozen MMAs and ldmatrix loads. The
+// heads of one KV head, which are the columns of m16n8k16 MMAs (kN tiles of 8 heads): each key
+// and value row is read once for the group, and a warp's work for 16 tokens is a few dozen MMAs
+// and ldmatrix loads. The
 // CUDA-core kernel spent most of its time on the instructions of its per-lane dot products and
 // cross-lane reductions (ncu, H200: two warps a scheduler, 8.6 cycles an instruction); here a
 // warp issues a tenth of them.
@@ -24,7 +25,6 @@ namespace tessera::decode::kernels::split_kv_mma {
 
 template <typename T, int D, int kWarps, int kStages>
 struct Geometry {
-  static_assert(D == 64 || D == 128, "O's accumulators take D / 2 registers a thread");
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kTile = 16 * kWarps;             // tokens a tile
   static constexpr int kChunks = D / 8;                 // 16-byte chunks a row
@@ -39,7 +39,7 @@ struct Geometry {
   __device__ static int swizzled(int row, int chunk) { return row * kChunks + (chunk ^ (row & 7)); }
 };
 
-template <typename T, int D, int kWarps, int kStages>
+template <typename T, int D, int kN, int kWarps, int kStages>
 __global__ void __launch_bounds__(kWarps * 32) split_kv_mma_kernel(const UnfusedDecodeParams p) {
   using G = Geometry<T, D, kWarps, kStages>;
   extern __shared__ __align__(16) uint4 smem[];  // [kStages][K, V][kTile x kChunks] / the merge
@@ -75,17 +75,17 @@ __global__ void __launch_bounds__(kWarps * 32) split_kv_mma_kernel(const Unfused
   }
   const int64_t q_stride = p.q_stride > 0 ? p.q_stride : int64_t(p.num_heads) * D;
   const T* q = static_cast<const T*>(p.q) + b * q_stride + int64_t(kv_head) * group * D;
-  uint32_t qa[D / 16][4];
-  split_kv_warp::load_q<T, D>(q, group, lane, qa);
+  uint32_t qb[D / 16][kN][2];
+  split_kv_warp::load_q<T, D, kN>(q, group, lane, qb);
   const float scale = p.softmax_scale * kLog2e;
-  split_kv_warp::Partial<D> w;
+  split_kv_warp::Partial<D, kN> w;
   for (int i = 0; i < tiles; ++i) {
     cp_async_wait<kStages - 1>();  // tile i landed (one group is committed every iteration)
     __syncthreads();
     const uint4* k_s = smem + size_t(i % kStages) * 2 * G::kTile * G::kChunks;
     const uint4* v_s = k_s + G::kTile * G::kChunks;
-    split_kv_warp::attend<T, D>(
-        qa, [&](int r, int ch) { return k_s + G::swizzled(warp * 16 + r, ch); },
+    split_kv_warp::attend<T, D, kN>(
+        qb, [&](int r, int ch) { return k_s + G::swizzled(warp * 16 + r, ch); },
         [&](int r, int ch) { return v_s + G::swizzled(warp * 16 + r, ch); },
         begin + int64_t(i) * G::kTile + warp * 16, end, scale, lane, w);
     __syncthreads();  // every warp is done with the buffer the next load refills

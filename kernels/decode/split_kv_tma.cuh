@@ -12,9 +12,9 @@
 //   producer: for each 16-token block of a tile, one TMA box {64 elements, 16 rows} per 64
 //             columns of the head, for K and for V, from 2D tensor maps over the caches
 //             ([rows, Hkv * D], 128-byte swizzle), into kStages buffers with mbarriers;
-//   consumers: warp w takes block w of each tile with split_kv_warp.cuh's math (the query heads
-//             of a KV group as MMA rows), then the warps meet in the pipeline's own merge area
-//             and write the partials merge_splits_kernel reads.
+//   consumers: warp w takes block w of each tile with split_kv_warp.cuh's math (the keys as MMA
+//             rows, the query heads of a KV group as kN tiles of 8 columns), then the warps meet in
+//             the pipeline's own merge area and write the partials merge_splits_kernel reads.
 // Separate pipelines keep their own pace (one CTA whose eight warps share one barrier per tile
 // drew 33 GB/s an SM; four pipelines of two warps, 60). The CTA takes a whole multiprocessor and
 // the grid is persistent over the (split, KV head, sequence) items, so `sm_limit` CTAs take
@@ -49,7 +49,7 @@ inline constexpr uint64_t kWaitTimeoutNs = 5ull * 1000 * 1000 * 1000;  // never 
 
 template <int D, int kWarps, int kStages, int kPipes>
 struct Geometry {
-  static_assert(D == 64 || D == 128, "O's accumulators take D / 2 registers a thread");
+  static_assert(D == 64 || D == 128, "boxes of 64 columns, O's accumulators D / 8 a head tile");
   static constexpr int kTile = kBlock * kWarps;
   static constexpr int kBoxes = D / 64;  // boxes a row block
   static constexpr int kBoxBytes = kBlock * 128;
@@ -135,7 +135,7 @@ __device__ inline Span span_of(const UnfusedDecodeParams& p, int item) {
   return s;
 }
 
-template <typename T, int D, int kWarps, int kStages, int kPipes>
+template <typename T, int D, int kN, int kWarps, int kStages, int kPipes>
 __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
     split_kv_tma_kernel(const UnfusedDecodeParams p, const __grid_constant__ CacheMaps maps) {
   using G = Geometry<D, kWarps, kStages, kPipes>;
@@ -199,11 +199,11 @@ __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
   for (int item = first_item; item < items; item += stride) {
     const Span sp = span_of<G::kTile>(p, item);
     const int tiles = int((sp.end - sp.begin + G::kTile - 1) / G::kTile);
-    uint32_t qa[D / 16][4];
-    split_kv_warp::load_q<T, D>(
+    uint32_t qb[D / 16][kN][2];
+    split_kv_warp::load_q<T, D, kN>(
         static_cast<const T*>(p.q) + sp.b * q_stride + int64_t(sp.kv_head) * group * D, group, lane,
-        qa);
-    split_kv_warp::Partial<D> w;
+        qb);
+    split_kv_warp::Partial<D, kN> w;
     for (int i = 0; i < tiles; ++i, ++k) {
       const int st = k % kStages;
       mbar_wait(&full[st], (k / kStages) & 1, "full", st, pipe);
@@ -221,8 +221,8 @@ __global__ void __launch_bounds__(kPipes*(kWarps + 1) * 32)
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncwarp();
       }
-      split_kv_warp::attend<T, D>(
-          qa, [&](int r, int ch) { return k_s + G::at(warp * kBlock + r, ch); },
+      split_kv_warp::attend<T, D, kN>(
+          qb, [&](int r, int ch) { return k_s + G::at(warp * kBlock + r, ch); },
           [&](int r, int ch) { return v_s + G::at(warp * kBlock + r, ch); }, first, sp.end, scale,
           lane, w);
       __syncwarp();

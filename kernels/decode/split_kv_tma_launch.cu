@@ -78,17 +78,17 @@ CUtensorMap cache_map(const void* base, int64_t rows, int64_t cols, Element elem
   return map;
 }
 
-template <typename T, int D, int kPipes>
+template <typename T, int D, int kN, int kPipes>
 void launch(const UnfusedDecodeParams& p, const tma::CacheMaps& maps, cudaStream_t s) {
   using G = tma::Geometry<D, kWarps, kStages, kPipes>;
-  auto kernel = tma::split_kv_tma_kernel<T, D, kWarps, kStages, kPipes>;
+  auto kernel = tma::split_kv_tma_kernel<T, D, kN, kWarps, kStages, kPipes>;
   // The shared-memory limit raised once per device, for the largest group this form takes.
   static std::atomic<uint64_t> raised{0};
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = uint64_t(1) << (device & 63);
   if ((raised.load(std::memory_order_acquire) & bit) == 0) {
-    const int most = G::smem_bytes(D == 128 && kPipes == 4 ? 4 : 16);
+    const int most = G::smem_bytes(D == 128 && kPipes == 4 ? 4 : kN * 8);
     TESSERA_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
     raised.fetch_or(bit, std::memory_order_acq_rel);
@@ -104,9 +104,11 @@ void launch(const UnfusedDecodeParams& p, const tma::CacheMaps& maps, cudaStream
 template <typename T>
 void launch(const UnfusedDecodeParams& p, const tma::CacheMaps& maps, cudaStream_t s) {
   const int group = p.num_heads / p.num_kv_heads;
-  if (p.head_dim == 64) return launch<T, 64, 4>(p, maps, s);
-  if (pipes_for<128>(group) == 4) return launch<T, 128, 4>(p, maps, s);
-  launch<T, 128, 3>(p, maps, s);
+  const bool one_tile = split_kv_warp::head_tiles(group) == 1;
+  if (p.head_dim == 64)
+    return one_tile ? launch<T, 64, 1, 4>(p, maps, s) : launch<T, 64, 2, 4>(p, maps, s);
+  if (pipes_for<128>(group) == 4) return launch<T, 128, 1, 4>(p, maps, s);
+  one_tile ? launch<T, 128, 1, 3>(p, maps, s) : launch<T, 128, 2, 3>(p, maps, s);
 }
 
 }  // namespace

@@ -376,11 +376,11 @@ SplitKvLaunch prepared(Kernel kernel, int threads, size_t smem, std::atomic<uint
 
 // The tensor-core kernel: four warps, two 64-token buffers (measured on an H200 against eight
 // warps and three buffers: docs/PERF.md, "Split-KV decode on tensor cores").
-template <typename T, int D>
+template <typename T, int D, int kN>
 SplitKvLaunch mma_launch() {
   using G = split_kv_mma::Geometry<T, D, 4, 2>;
   static std::atomic<uint64_t> raised{0};
-  return prepared(split_kv_mma::split_kv_mma_kernel<T, D, 4, 2>, G::kThreads, G::kSmemBytes,
+  return prepared(split_kv_mma::split_kv_mma_kernel<T, D, kN, 4, 2>, G::kThreads, G::kSmemBytes,
                   raised);
 }
 
@@ -392,8 +392,9 @@ SplitKvLaunch cuda_core_launch() {
 
 template <typename T>
 SplitKvLaunch split_kv_launch(int head_dim, int group) {
-  if (head_dim == 64) return mma_launch<T, 64>();
-  if (head_dim == 128) return mma_launch<T, 128>();
+  const bool one_tile = split_kv_warp::head_tiles(group) == 1;
+  if (head_dim == 64) return one_tile ? mma_launch<T, 64, 1>() : mma_launch<T, 64, 2>();
+  if (head_dim == 128) return one_tile ? mma_launch<T, 128, 1>() : mma_launch<T, 128, 2>();
   return group <= 4 ? cuda_core_launch<T, 256, 4>() : cuda_core_launch<T, 256, 16>();
 }
 
