@@ -361,8 +361,9 @@ TEST_F(DecodeGpu, Llama3GqaFusedMatchesReference) {
     check_step(m, w, c.batch, c.paged, c.cluster);
 }
 
-// The unfused path's split-KV attention: the tensor-core kernel at head dims 64 and 128 (groups
-// 1, 4 and 16), the CUDA-core kernel at 256; at the short context every split is at most two
+// The unfused path's split-KV attention: the tensor-core kernels at head dims 64 and 128 (groups
+// 1, 4, 7 and 16: one and two tiles of 8 query heads as the MMA columns), the CUDA-core kernel
+// at 256; at the short context every split is at most two
 // 64-token tiles, at the long one (positions up to 2040) splits run many tiles through the two
 // buffers, and splits past a short sequence's end hold no token.
 TEST_F(DecodeGpu, UnfusedSplitKvMatchesReference) {
@@ -381,7 +382,12 @@ TEST_F(DecodeGpu, UnfusedSplitKvMatchesReference) {
   g7.name = "head_dim 128, 28:4 heads";
   g7.num_heads = 28;
   g7.num_kv_heads = 4;
-  for (const ModelConfig& m : {ModelConfig::llama2_7b(), ModelConfig::llama3_8b(), d64, d256, g7}) {
+  // Groups over 8 take two tiles of 8 query heads.
+  ModelConfig g16 = ModelConfig::llama3_8b();
+  g16.name = "head_dim 128, 32:2 heads";
+  g16.num_kv_heads = 2;
+  for (const ModelConfig& m :
+       {ModelConfig::llama2_7b(), ModelConfig::llama3_8b(), d64, d256, g7, g16}) {
     const Weights w = weights(m);
     for (const Case& c : pick(every_batch_and_layout({}), {{3, true, 0}, {16, false, 0}}))
       check_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
