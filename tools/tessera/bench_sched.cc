@@ -388,7 +388,8 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
         if (!r.picked.empty()) rec.extra_text["picked"] = r.picked;
         records.push_back(rec);
       }
-      // The fastest strategy of the case, and how far the rule's pick ran behind it.
+      // The fastest strategy of the case named in --strategies, and how far the rule's pick ran
+      // behind (or ahead of) it.
       const auto first = measured.begin() + std::ptrdiff_t(i - a.strategies.size());
       const auto last = measured.begin() + std::ptrdiff_t(i);
       const auto best = std::min_element(first, last, [](const Measured& x, const Measured& y) {
@@ -397,9 +398,11 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
       const auto rule =
           std::find_if(first, last, [](const Measured& x) { return x.strategy == "auto"; });
       std::printf("  # %s: fastest %s", name.c_str(), best->strategy.c_str());
-      if (rule != last)
-        std::printf("; auto ran %s, %.1f%% behind", rule->picked.c_str(),
-                    100.0 * (rule->median_us / best->median_us - 1.0));
+      if (rule != last) {
+        const double gap = 100.0 * (rule->median_us / best->median_us - 1.0);
+        std::printf("; auto ran %s, %.1f%% %s it", rule->picked.c_str(), std::fabs(gap),
+                    gap > 0 ? "behind" : "ahead of");
+      }
       std::printf("\n");
       for (auto m = first; m != last; ++m) {
         if (m->strategy != "auto")
