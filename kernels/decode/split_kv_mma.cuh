@@ -4,10 +4,9 @@
 // CTA (split, kv_head, b) takes the split's tokens of [0, positions[b]] for the G <= 16 query
 // heads of one KV head, which are the columns of m16n8k16 MMAs (kN tiles of 8 heads): each key
 // and value row is read once for the group, and a warp's work for 16 tokens is a few dozen MMAs
-// and ldmatrix loads. The
-// CUDA-core kernel spent most of its time on the instructions of its per-lane dot products and
-// cross-lane reductions (ncu, H200: two warps a scheduler, 8.6 cycles an instruction); here a
-// warp issues a tenth of them.
+// and ldmatrix loads. The CUDA-core kernel spent most of its time on the instructions of its
+// per-lane dot products and cross-lane reductions (ncu, H200: two warps a scheduler, 8.6 cycles
+// an instruction); here a warp issues a tenth of them.
 //
 // Tiles of 16 x kWarps tokens arrive in shared memory by cp.async (kStages buffers, rows past the
 // split's end zero-filled); warp w takes tokens [16w, 16w + 16) of each tile with the math of

@@ -48,7 +48,8 @@ __device__ inline uint32_t transpose8x8(uint32_t x) {
   return y;
 }
 
-// Floats a row of the merge area.
+// Floats a row of the merge area: rows 4 banks apart, so stash's stores from the four lanes
+// that hold one dimension of different heads fall on different banks.
 template <int D>
 inline constexpr int kMergeStride = D + 4;
 
