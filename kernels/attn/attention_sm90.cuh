@@ -70,6 +70,7 @@
 
 #include "attn/attention_launch.h"
 #include "common/mbarrier.cuh"
+#include "common/smem_limit.h"
 #include "tessera/core/error.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -1105,15 +1106,8 @@ void launch_attention(const LaunchDesc& d) {
   auto kernel = varlen ? attention_sm90_kernel<Traits, true> : attention_sm90_kernel<Traits, false>;
   // The dynamic shared-memory limit is raised once per device and form.
   static std::atomic<uint64_t> raised_on_devices[2] = {0, 0};
-  int device = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  std::atomic<uint64_t>& raised = raised_on_devices[varlen ? 1 : 0];
-  if ((raised.load(std::memory_order_acquire) & bit) == 0) {
-    TESSERA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(Kernel::kSmemBytes)));
-    raised.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  ::tessera::kernels::raise_smem_limit_once(kernel, int(Kernel::kSmemBytes),
+                                            raised_on_devices[varlen ? 1 : 0]);
   dim3 grid(unsigned(m_blocks), unsigned(d.heads_q), unsigned(d.batch));
   kernel<<<grid, Traits::kNumThreads, Kernel::kSmemBytes,
            static_cast<cudaStream_t>(d.cuda_stream)>>>(p);

@@ -12,7 +12,9 @@
 #include <mutex>
 #include <tuple>
 
+#include "common/smem_limit.h"
 #include "decode/split_kv_tma.cuh"
+#include "runtime/cuda/driver_function.h"
 #include "tessera/core/error.h"
 #include "tessera/runtime/cuda_check.h"
 
@@ -37,20 +39,6 @@ using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*
                             CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
                             CUtensorMapFloatOOBfill);
 
-// cuTensorMapEncodeTiled, found at run time (the runtime library links no libcuda).
-Encode encoder() {
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                           cudaEnableDefault, &found);
-    TESSERA_CHECK(e == cudaSuccess && found == cudaDriverEntryPointSuccess && fn != nullptr,
-                  ErrorCode::kCuda, "cuTensorMapEncodeTiled not found in the CUDA driver");
-    return reinterpret_cast<Encode>(fn);
-  }();
-  return encode;
-}
-
 // A cache's map: [rows, cols] of 16-bit elements, boxes {64, 16}, 128-byte swizzle. Encoded
 // once per (address, shape, dtype) and kept: a map holds nothing but those, so a kept one is
 // never stale, and a step after the first (or a graph capture) encodes nothing.
@@ -61,17 +49,17 @@ CUtensorMap cache_map(const void* base, int64_t rows, int64_t cols, Element elem
   const Key key{base, rows, cols, int(element)};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = maps.find(key); it != maps.end()) return it->second;
+  static const Encode encode = driver_function<Encode>("cuTensorMapEncodeTiled");
   CUtensorMap map;
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(cols) * 2};
   const cuuint32_t box[2] = {64, tma::kBlock}, steps[2] = {1, 1};
-  const CUresult e =
-      encoder()(&map,
-                element == Element::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                          : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                2, const_cast<void*>(base), dims, strides, box, steps,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult e = encode(&map,
+                            element == Element::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                      : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                            2, const_cast<void*>(base), dims, strides, box, steps,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   TESSERA_CHECK(e == CUDA_SUCCESS, ErrorCode::kCuda, "cuTensorMapEncodeTiled failed (CUresult ",
                 int(e), ") for a KV cache of ", rows, " rows x ", cols, " elements");
   maps.emplace(key, map);
@@ -82,17 +70,12 @@ template <typename T, int D, int kN, int kPipes>
 void launch(const UnfusedDecodeParams& p, const tma::CacheMaps& maps, cudaStream_t s) {
   using G = tma::Geometry<D, kWarps, kStages, kPipes>;
   auto kernel = tma::split_kv_tma_kernel<T, D, kN, kWarps, kStages, kPipes>;
-  // The shared-memory limit raised once per device, for the largest group this form takes.
+  // The limit for the largest group this form takes.
   static std::atomic<uint64_t> raised{0};
+  ::tessera::kernels::raise_smem_limit_once(
+      kernel, G::smem_bytes(D == 128 && kPipes == 4 ? 4 : kN * 8), raised);
   int device = 0;
   TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if ((raised.load(std::memory_order_acquire) & bit) == 0) {
-    const int most = G::smem_bytes(D == 128 && kPipes == 4 ? 4 : kN * 8);
-    TESSERA_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    raised.fetch_or(bit, std::memory_order_acq_rel);
-  }
   int sms = 0;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t items = int64_t(p.splits) * p.num_kv_heads * p.batch;

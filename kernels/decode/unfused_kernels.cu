@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "cluster/cluster_collectives.cuh"
+#include "common/smem_limit.h"
 #include "decode/decode_device.cuh"
 #include "decode/split_kv_mma.cuh"
 #include "decode/split_kv_tma_launch.h"
@@ -363,14 +364,7 @@ struct SplitKvLaunch {
 
 template <typename Kernel>
 SplitKvLaunch prepared(Kernel kernel, int threads, size_t smem, std::atomic<uint64_t>& raised) {
-  int device = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t(1) << (device & 63);
-  if ((raised.load(std::memory_order_acquire) & bit) == 0) {
-    TESSERA_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    raised.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  ::tessera::kernels::raise_smem_limit_once(kernel, int(smem), raised);
   return {kernel, threads, smem};
 }
 

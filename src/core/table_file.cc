@@ -54,6 +54,7 @@ void write_text_file(const std::string& path, const std::string& text, const std
                 error.message(), ")");
   std::ofstream out(path, std::ios::trunc);
   out << text;
+  out.close();  // a full disk may show only when the buffer is flushed
   TESSERA_CHECK(bool(out), ErrorCode::kSystem, what, " ", path, ": cannot write");
 }
 
