@@ -134,14 +134,22 @@ if has dit; then
 fi
 if has sched; then
   # The scheduler's strategies side by side (writing the rule's table), then the rule beside
-  # them: on one GPU Llama-3-8B, on several a Llama-3-70B-shaped stack at TP N.
-  if [ "$ngpu" -ge 2 ]; then model=(--config llama3-70b --layers 8 --tp "$ngpu" --tokens 64,2048,8192)
-  else model=(--config llama3-8b --tokens 64,2048,4096,8192); fi
-  $bin bench sched "${model[@]}" --tune-table "$out/sched_tune.tsv" --json "$out/sched.json" \
-    >"$out/sched.log" 2>&1 || status=1
+  # them: on one GPU Llama-3-8B on decode-heavy steps (NanoFlow's setting; its SM shares and
+  # GEMM window as docs/PERF.md measured them), on several a Llama-3-70B-shaped stack at TP N.
+  if [ "$ngpu" -ge 2 ]; then
+    model=(--config llama3-70b --layers 8 --tp "$ngpu" --tokens 64,2048,8192)
+    strategies=all
+  else
+    model=(--config llama3-8b --layers 8 --tokens 64,2048,4096,8192 --decode 64,1536,3072,3072
+      --context 1024)
+    strategies=sequential,nanoflow:60,nanoflow:60:2,dual_batch,tokenweave
+  fi
+  $bin bench sched "${model[@]}" --strategies "$strategies" --tune-table "$out/sched_tune.tsv" \
+    --json "$out/sched.json" >"$out/sched.log" 2>&1 || status=1
+  [ "$strategies" = all ] && strategies=sequential,nanoflow,dual_batch,tokenweave
   TESSERA_SCHED_TUNE_TABLE="$out/sched_tune.tsv" $bin bench sched "${model[@]}" \
-    --strategies sequential,nanoflow,dual_batch,tokenweave,auto --json "$out/sched_auto.json" \
-    >"$out/sched_auto.log" 2>&1 || status=1
+    --strategies "$strategies,auto" --json "$out/sched_auto.json" >"$out/sched_auto.log" 2>&1 ||
+    status=1
 fi
 if has python; then
   scripts/gpu_python.sh "$out" || status=1
