@@ -363,9 +363,9 @@ TEST_F(DecodeGpu, Llama3GqaFusedMatchesReference) {
 
 // The unfused path's split-KV attention: the tensor-core kernels at head dims 64 and 128 (groups
 // 1, 4, 7 and 16: one and two tiles of 8 query heads as the MMA columns), the CUDA-core kernel
-// at 256; at the short context every split is at most two
-// 64-token tiles, at the long one (positions up to 2040) splits run many tiles through the two
-// buffers, and splits past a short sequence's end hold no token.
+// at 256; at the short context every split is at most two 64-token tiles, at the long one
+// (positions up to 2040) splits run many tiles through the two buffers, and splits past a short
+// sequence's end hold no token.
 TEST_F(DecodeGpu, UnfusedSplitKvMatchesReference) {
   ModelConfig d64 = ModelConfig::llama3_8b();
   d64.name = "head_dim 64, 32:2 heads";
