@@ -67,6 +67,17 @@ ModelConfig mla_model() {
   return m;
 }
 
+// Llama-3-8B's hidden size with other heads: `heads` query and `kv_heads` KV heads of head_dim.
+ModelConfig llama3_with_heads(int heads, int kv_heads, int head_dim) {
+  ModelConfig m = ModelConfig::llama3_8b();
+  m.name = "head_dim " + std::to_string(head_dim) + ", " + std::to_string(heads) + ":" +
+           std::to_string(kv_heads) + " heads";
+  m.num_heads = heads;
+  m.num_kv_heads = kv_heads;
+  m.head_dim = head_dim;
+  return m;
+}
+
 struct Pair {  // host and device copies of one tensor
   Tensor host, device;
 };
@@ -367,27 +378,11 @@ TEST_F(DecodeGpu, Llama3GqaFusedMatchesReference) {
 // (positions up to 2040) splits run many tiles through the two buffers, and splits past a short
 // sequence's end hold no token.
 TEST_F(DecodeGpu, UnfusedSplitKvMatchesReference) {
-  ModelConfig d64 = ModelConfig::llama3_8b();
-  d64.name = "head_dim 64, 32:2 heads";
-  d64.head_dim = 64;
-  d64.num_kv_heads = 2;
-  ModelConfig d256 = ModelConfig::llama3_8b();
-  d256.name = "head_dim 256, 16:4 heads";
-  d256.head_dim = 256;
-  d256.num_heads = 16;
-  d256.num_kv_heads = 4;
   // Groups over 4 at head dimension 128 take the TMA kernel's three-pipeline form (bigger merge
-  // areas): Qwen2.5-7B's 28:4 heads, a group of 7.
-  ModelConfig g7 = ModelConfig::llama3_8b();
-  g7.name = "head_dim 128, 28:4 heads";
-  g7.num_heads = 28;
-  g7.num_kv_heads = 4;
-  // Groups over 8 take two tiles of 8 query heads.
-  ModelConfig g16 = ModelConfig::llama3_8b();
-  g16.name = "head_dim 128, 32:2 heads";
-  g16.num_kv_heads = 2;
-  for (const ModelConfig& m :
-       {ModelConfig::llama2_7b(), ModelConfig::llama3_8b(), d64, d256, g7, g16}) {
+  // areas): Qwen2.5-7B's 28:4 heads, a group of 7; groups over 8 two tiles of 8 query heads.
+  for (const ModelConfig& m : {ModelConfig::llama2_7b(), ModelConfig::llama3_8b(),
+                               llama3_with_heads(32, 2, 64), llama3_with_heads(16, 4, 256),
+                               llama3_with_heads(28, 4, 128), llama3_with_heads(32, 2, 128)}) {
     const Weights w = weights(m);
     for (const Case& c : pick(every_batch_and_layout({}), {{3, true, 0}, {16, false, 0}}))
       check_step(m, w, c.batch, c.paged, c.cluster, DecodeImpl::kUnfused);
@@ -400,11 +395,7 @@ TEST_F(DecodeGpu, UnfusedSplitKvMatchesReference) {
 // The TMA-fed kernel loads whole 16-token blocks and the cp.async one zero-fills: cache slots
 // past each sequence's token (NaN here) stay out of the result, at every ragged tail.
 TEST_F(DecodeGpu, UnfusedSplitKvIgnoresCacheSlotsPastTheContext) {
-  ModelConfig d64 = ModelConfig::llama3_8b();
-  d64.name = "head_dim 64, 32:2 heads";
-  d64.head_dim = 64;
-  d64.num_kv_heads = 2;
-  for (const ModelConfig& m : {ModelConfig::llama3_8b(), d64}) {
+  for (const ModelConfig& m : {ModelConfig::llama3_8b(), llama3_with_heads(32, 2, 64)}) {
     const Weights w = weights(m);
     for (const bool paged : {true, false})
       check_step(m, w, 16, paged, 0, DecodeImpl::kUnfused, /*poison_tail=*/true);
