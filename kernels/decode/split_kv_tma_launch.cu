@@ -72,10 +72,8 @@ void launch(const UnfusedDecodeParams& p, const tma::CacheMaps& maps, cudaStream
   auto kernel = tma::split_kv_tma_kernel<T, D, kN, kWarps, kStages, kPipes>;
   // The limit for the largest group this form takes.
   static std::atomic<uint64_t> raised{0};
-  ::tessera::kernels::raise_smem_limit_once(
+  const int device = ::tessera::kernels::raise_smem_limit_once(
       kernel, G::smem_bytes(D == 128 && kPipes == 4 ? 4 : kN * 8), raised);
-  int device = 0;
-  TESSERA_CUDA_CHECK(cudaGetDevice(&device));
   int sms = 0;
   TESSERA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t items = int64_t(p.splits) * p.num_kv_heads * p.batch;
