@@ -1,8 +1,9 @@
 #include "tessera/core/params.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -61,6 +62,11 @@ std::string to_text(const T& v) {
     return v;
   } else if constexpr (std::is_same_v<T, bool>) {
     return v ? "1" : "0";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    // The shortest text that reads back as the same value: a stream's six digits do not.
+    char buf[32];
+    const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    return ec == std::errc() ? std::string(buf, end) : str(v);
   } else {
     return str(v);
   }

@@ -82,6 +82,18 @@ TEST(Params, NumberMustBeFiniteAndInRange) {
   EXPECT_EQ(kTestFraction.get(), 0.25);
 }
 
+// The shown text of a number reads back as the same value (fuzz_env_params in CI at e6d58ce:
+// a stream's six digits showed 0.7777777 as 0.777778).
+TEST(Params, NumberShownReadsBackTheSame) {
+  for (const char* text : {"0.7777777", "0.1", "0.30000000000000004", "1e-300", "1"}) {
+    ScopedEnv env("TESSERA_TEST_ONLY_FRACTION", text);
+    const double value = kTestFraction.get();
+    const std::string shown = kTestFraction.current_string();
+    ScopedEnv again("TESSERA_TEST_ONLY_FRACTION", shown.c_str());
+    EXPECT_EQ(kTestFraction.get(), value) << text << " shown as " << shown;
+  }
+}
+
 TEST(Params, LogLevelMustBeOneOfItsWords) {
   ScopedEnv env("TESSERA_LOG_LEVEL", "loud");
   const std::string msg = error_of([] { (void)log_level(); });
