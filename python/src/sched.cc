@@ -66,10 +66,7 @@ std::vector<sched::NanoBatch> nano_batches(const model::PackedBatch& batch,
     TESSERA_CHECK_ARG(next + size_t(counts[i]) <= batch.sequences.size(),
                       "split(): the nano-batches take more than the batch's ",
                       batch.sequences.size(), " sequences");
-    sched::NanoBatch n{next, size_t(counts[i]), batch.sequences[next].first_row, 0};
-    for (size_t s = next; s < next + size_t(counts[i]); ++s)
-      n.rows += batch.sequences[s].num_tokens;
-    out.push_back(n);
+    out.push_back(sched::nano_batch_of(batch, next, size_t(counts[i])));
     next += size_t(counts[i]);
   }
   TESSERA_CHECK_ARG(next == batch.sequences.size(), "split(): the nano-batches take ", next,

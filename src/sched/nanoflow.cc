@@ -6,7 +6,9 @@
 // nano-batch's attention and stall their own GEMMs. The GEMMs that run while the other
 // nano-batch's attention is in flight (all of them, or the first shared_gemms) take
 // gemm_sm_percent of the multiprocessors, and each decode attention the rest: a persistent
-// kernel on every SM would hold them all until it ended, whichever of the two came first.
+// kernel on every SM would hold them all until it ended, whichever of the two came first. Beside
+// an attention that reads no cached positions (a nano-batch of new prompts: compute-bound, and
+// short) there is no memory traffic to hide, so the GEMMs beside it keep the whole GPU.
 #include "sched/strategies.h"
 #include "tessera/core/error.h"
 
@@ -47,11 +49,12 @@ void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {
           --shared_left;
         }
       }
-      if (s->op == LlamaOp::kAttention && gemm_sm_percent_ < 100)
+      const bool reads_cache = ctx.nano_batch(n).cached_positions > 0;
+      if (s->op == LlamaOp::kAttention && gemm_sm_percent_ < 100 && reads_cache)
         where.attention_sm_percent = 100 - gemm_sm_percent_;
       ctx.run_next(n, where);
       if (s->op == LlamaOp::kAttention) {
-        attending = n;
+        attending = reads_cache ? n : -1;
         shared_left = shared_gemms_;
         break;
       }

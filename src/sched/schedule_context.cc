@@ -6,23 +6,40 @@
 
 namespace tessera::sched {
 
+NanoBatch nano_batch_of(const model::PackedBatch& batch, size_t first_seq, size_t num_seqs) {
+  TESSERA_CHECK_ARG(first_seq < batch.sequences.size() && num_seqs >= 1 &&
+                        num_seqs <= batch.sequences.size() - first_seq,
+                    "nano-batch of sequences [", first_seq, ", ", first_seq + num_seqs,
+                    "): expected at least one of the batch's ", batch.sequences.size());
+  NanoBatch n{first_seq, num_seqs, batch.sequences[first_seq].first_row, 0, 0};
+  for (size_t i = first_seq; i < first_seq + num_seqs; ++i) {
+    n.rows += batch.sequences[i].num_tokens;
+    n.cached_positions += batch.sequences[i].start;
+  }
+  return n;
+}
+
 std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int parts) {
   TESSERA_CHECK_ARG(parts >= 1, "parts = ", parts, ": expected >= 1");
   // A sequence goes to the part its middle row falls in (parts of T / parts rows each), so parts
   // are contiguous and within a sequence of balanced; empty parts are dropped.
   const int64_t total = batch.total_tokens();
   std::vector<NanoBatch> out;
-  int last = -1;
+  size_t first = 0;
+  int last_part = 0;
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const model::PackedSequence& s = batch.sequences[i];
     const int64_t twice_middle = 2 * s.first_row + s.num_tokens;
     const int part =
         total == 0 ? 0 : int(std::min<int64_t>(parts - 1, twice_middle * parts / (2 * total)));
-    if (out.empty() || part != last) out.push_back({i, 0, s.first_row, 0});
-    last = part;
-    ++out.back().num_seqs;
-    out.back().rows += s.num_tokens;
+    if (i > first && part != last_part) {
+      out.push_back(nano_batch_of(batch, first, i - first));
+      first = i;
+    }
+    last_part = part;
   }
+  if (first < batch.sequences.size())
+    out.push_back(nano_batch_of(batch, first, batch.sequences.size() - first));
   return out;
 }
 

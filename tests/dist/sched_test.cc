@@ -124,6 +124,28 @@ TEST(Scheduler, NanoBatchesAreBalancedRowRangesOfWholeSequences) {
   EXPECT_EQ(even[0].rows, 3);
 }
 
+// A nano-batch counts the positions its sequences had cached (what its attention reads besides
+// its rows); a range outside the batch is refused by name.
+TEST(Scheduler, NanoBatchesCountTheirCachedPositions) {
+  model::PackedBatch b = batch_of({1, 1, 1, 6});
+  b.sequences[0].start = 100;  // three decodes after 100, 200 and 300 positions, then a prompt
+  b.sequences[1].start = 200;
+  b.sequences[2].start = 300;
+  const auto halves = sched::token_balanced_split(b, 2);
+  ASSERT_EQ(halves.size(), 2u);
+  EXPECT_EQ(halves[0].cached_positions, 600);
+  EXPECT_EQ(halves[1].cached_positions, 0);
+  const sched::NanoBatch middle = sched::nano_batch_of(b, 1, 2);
+  EXPECT_EQ(middle.first_row, 1);
+  EXPECT_EQ(middle.rows, 2);
+  EXPECT_EQ(middle.cached_positions, 500);
+  for (auto [first, count] : {std::pair<size_t, size_t>{0, 0}, {4, 1}, {2, 3}}) {
+    expect_error([&] { (void)sched::nano_batch_of(b, first, count); }, ErrorCode::kInvalidArgument,
+                 {str("nano-batch of sequences [", first, ", ", first + count, ")"),
+                  "expected at least one of the batch's 4"});
+  }
+}
+
 // run_fused accepts only the kinds of fused group the strategy declared, so a model's check of
 // the declaration (before anything runs) cannot be bypassed.
 TEST(Scheduler, RunFusedRefusesGroupsTheStrategyDidNotDeclare) {
@@ -335,7 +357,8 @@ TEST(Scheduler, StrategiesDeclareTheFusedGroupsTheyRun) {
 
 // The orders the strategies choose on two nano-batches of two layers.
 TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
-  const std::vector<sched::NanoBatch> two = {{0, 1, 0, 40}, {1, 1, 40, 40}};
+  // Two nano-batches of 40 decodes each (40 rows, 40 * 100 cached positions).
+  std::vector<sched::NanoBatch> two = {{0, 40, 0, 40, 4000}, {40, 40, 40, 40, 4000}};
   std::vector<sched::Placement> placed;  // of the last trace_of's operations, in order
   auto trace_of = [&](const std::string& name, int group_size = 1) {
     placed.clear();
@@ -356,13 +379,18 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
   // collectives), and only then; everything but the attention (and real collectives) on the
   // compute stream; the GEMMs between one nano-batch's attention and its own next compute
   // operation (nanoflow:P), or the first W of them (nanoflow:P:W), run on P% of the
-  // multiprocessors, the others on all; each attention on the other (100 - P)%.
+  // multiprocessors, the others on all; each attention on the other (100 - P)%. Beside the
+  // attention of a nano-batch of new prompts (no cached positions: `prompts`), all.
   const auto is_gemm = [](LlamaOp op) { return model::llama_op_kind(op) == OpKind::kCompute; };
-  for (const auto& [name, group, window] :
-       std::vector<std::tuple<std::string, int, int>>{{"nanoflow:60", 1, 0},
-                                                      {"nanoflow:60", 2, 0},
-                                                      {"nanoflow:60:2", 1, 2}}) {
-    SCOPED_TRACE(name + " on " + std::to_string(group));
+  for (const auto& [name, group, window, prompts] :
+       std::vector<std::tuple<std::string, int, int, bool>>{{"nanoflow:60", 1, 0, false},
+                                                            {"nanoflow:60", 2, 0, false},
+                                                            {"nanoflow:60:2", 1, 2, false},
+                                                            {"nanoflow:60", 1, 0, true},
+                                                            {"nanoflow:60:2", 1, 2, true}}) {
+    SCOPED_TRACE(name + " on " + std::to_string(group) + (prompts ? ", prompts second" : ""));
+    two[1].cached_positions = prompts ? 0 : 4000;
+    const auto reads_cache = [&](int n) { return two[size_t(n)].cached_positions > 0; };
     const auto nf = trace_of(name, group);
     ASSERT_EQ(placed.size(), nf.size());
     int attending = -1, switches = 0, shared = 0, left = 0;
@@ -388,10 +416,10 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
         EXPECT_EQ(placed[i].gemm_sm_percent, beside ? 60 : 100) << "at " << i;
         shared += beside;
       }
-      EXPECT_EQ(placed[i].attention_sm_percent, s.op == LlamaOp::kAttention ? 40 : 100)
-          << "at " << i;
+      const bool shares = s.op == LlamaOp::kAttention && reads_cache(n);
+      EXPECT_EQ(placed[i].attention_sm_percent, shares ? 40 : 100) << "at " << i;
       if (s.op == LlamaOp::kAttention) {
-        attending = n;
+        attending = shares ? n : -1;
         left = window;
       }
     }
@@ -399,8 +427,14 @@ TEST(Scheduler, StrategiesInterleaveAsTheyPromise) {
     // Of the 16 GEMMs, on one rank 12 run beside an attention (the first and the last three
     // not); across ranks each nano-batch also hands over at its collectives, so fewer do; a
     // window of 2 takes 2 after each of the four attentions but the first's (one GEMM, the other
-    // nano-batch's qkv, runs before its attention is issued).
-    EXPECT_EQ(shared, window == 2 ? 1 + 2 + 2 + 2 : group == 1 ? 12 : shared);
+    // nano-batch's qkv, runs before its attention is issued). With the second nano-batch new
+    // prompts, only the second's GEMMs beside the first's two attentions: its qkv (1), then its
+    // o projection, gate/up, down and next qkv (4), or of those the first W.
+    const int expected = prompts       ? (window == 2 ? 1 + 2 : 1 + 4)
+                         : window == 2 ? 1 + 2 + 2 + 2
+                         : group == 1  ? 12
+                                       : shared;
+    EXPECT_EQ(shared, expected);
     EXPECT_GE(shared, 3);
   }
   // Dual-batch: a nano-batch hands over right after each of its collectives, and only then.

@@ -32,9 +32,13 @@
 namespace tessera::sched {
 
 // Sequences [first_seq, first_seq + num_seqs) of a packed batch: rows [first_row, + rows).
+// cached_positions: the positions its sequences had in the KV cache before this step (the sum
+// of their starts), which its attention reads besides its own rows: what makes a decode's
+// attention memory-bound; none for a nano-batch of new prompts.
 struct NanoBatch {
   size_t first_seq = 0, num_seqs = 0;
   int64_t first_row = 0, rows = 0;
+  int64_t cached_positions = 0;
 };
 
 struct Step {
@@ -76,6 +80,9 @@ struct FusedOptions {
   int gemm_sm_percent = 100;
 };
 
+// Sequences [first_seq, first_seq + num_seqs) of `batch` as one nano-batch, its rows and cached
+// positions summed. Throws kInvalidArgument when they are not in the batch.
+NanoBatch nano_batch_of(const model::PackedBatch& batch, size_t first_seq, size_t num_seqs);
 // Splits `batch` at sequence boundaries into at most `parts` nano-batches of about equal
 // tokens (greedy: a nano-batch closes once it reaches its share); every sequence in exactly one.
 std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int parts);
@@ -163,7 +170,8 @@ class Strategy {
 // one rank its next collective, then the other takes over, so one's decode attention and
 // collectives run beside the other's GEMMs; those GEMMs take kNanoFlowGemmSmPercent of the
 // multiprocessors, or P% with the name "nanoflow:P", or only the first W of them
-// "nanoflow:P:W"), "dual_batch"
+// "nanoflow:P:W", beside an attention that reads cached positions; beside one of new prompts
+// only, all), "dual_batch"
 // (two nano-batches, each run up to and including its next collective, then the other: one's
 // communication beside the other's compute, as vLLM's and SGLang's dual-batch overlap),
 // "single_batch" (sequential's one nano-batch, each row-parallel GEMM and its all-reduce run in
