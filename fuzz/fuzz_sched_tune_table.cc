@@ -27,7 +27,7 @@ std::string temp_file(const char* what) {
 
 bool same_case(const sched::SchedTuneEntry& a, const sched::SchedTuneEntry& b) {
   return a.gpu == b.gpu && a.ranks == b.ranks && a.hidden == b.hidden && a.tokens == b.tokens &&
-         a.strategy == b.strategy;
+         a.cached == b.cached && a.strategy == b.strategy;
 }
 
 bool close(double a, double b) {  // the writer prints times to 6 significant digits
@@ -51,7 +51,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::fail(std::string("read_sched_tune_table threw a non-tessera exception: ") + e.what());
   }
   for (const sched::SchedTuneEntry& e : rows)
-    if (e.ranks < 1 || e.hidden < 1 || e.tokens < 1 ||
+    if (e.ranks < 1 || e.hidden < 1 || e.tokens < 1 || e.cached < -1 ||
         !(std::isfinite(e.median_us) && e.median_us > 0) || !sched::known_strategy(e.strategy))
       fuzz::fail("read_sched_tune_table returned a row outside its ranges: tokens " +
                  std::to_string(e.tokens) + ", strategy '" + e.strategy + "'");
@@ -76,19 +76,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!expected.empty()) {
     const sched::SchedTuneEntry& probe = expected[expected.size() / 2];
     const sched::RuleKey key{probe.gpu, probe.ranks, probe.hidden};
-    const std::string picked = sched::pick_strategy(expected, key, probe.tokens);
+    // At a measured (tokens, cached), the rows of that mix (all of them for an unknown mix).
+    const std::string picked = sched::pick_strategy(expected, key, probe.tokens, probe.cached);
+    const auto same_step = [&](const sched::SchedTuneEntry& e) {
+      return e.gpu == key.gpu && e.ranks == key.ranks && e.hidden == key.hidden &&
+             e.tokens == probe.tokens && (probe.cached < 0 || e.cached == probe.cached);
+    };
     double fastest = 0;
     bool measured = false;
     for (const sched::SchedTuneEntry& e : expected) {
-      if (e.gpu != key.gpu || e.ranks != key.ranks || e.hidden != key.hidden ||
-          e.tokens != probe.tokens)
-        continue;
+      if (!same_step(e)) continue;
       if (!measured || e.median_us < fastest) fastest = e.median_us;
       measured = true;
     }
     const auto row = std::find_if(expected.begin(), expected.end(), [&](const auto& e) {
-      return e.gpu == key.gpu && e.ranks == key.ranks && e.hidden == key.hidden &&
-             e.tokens == probe.tokens && e.strategy == picked;
+      return same_step(e) && e.strategy == picked;
     });
     if (row == expected.end() || row->median_us != fastest)
       fuzz::fail("pick_strategy at a measured count did not pick its fastest strategy");

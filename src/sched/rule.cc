@@ -20,7 +20,14 @@ const Param<std::string> kTuneTable("TESSERA_SCHED_TUNE_TABLE", "",
 
 bool same_case(const SchedTuneEntry& a, const SchedTuneEntry& b) {
   return a.gpu == b.gpu && a.ranks == b.ranks && a.hidden == b.hidden && a.tokens == b.tokens &&
-         a.strategy == b.strategy;
+         a.cached == b.cached && a.strategy == b.strategy;
+}
+
+// How far apart two mixes are: cached positions per row, in log scale of 1 + that.
+double mix_distance(int64_t tokens_a, int64_t cached_a, int64_t tokens_b, int64_t cached_b) {
+  const double a = 1.0 + double(cached_a) / double(std::max<int64_t>(tokens_a, 1));
+  const double b = 1.0 + double(cached_b) / double(std::max<int64_t>(tokens_b, 1));
+  return std::fabs(std::log(a / b));
 }
 
 class RuleStrategy final : public Strategy {
@@ -37,12 +44,17 @@ class RuleStrategy final : public Strategy {
   }
   std::string name() const override { return "auto"; }
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override {
-    return chosen(batch.total_tokens()).split(batch);
+    int64_t cached = 0;
+    for (const model::PackedSequence& s : batch.sequences) cached += s.start;
+    return chosen(batch.total_tokens(), cached).split(batch);
   }
   void schedule(ScheduleContext& ctx) const override {
-    int64_t rows = 0;
-    for (int n = 0; n < ctx.num_nano_batches(); ++n) rows += ctx.nano_batch(n).rows;
-    chosen(rows).schedule(ctx);
+    int64_t rows = 0, cached = 0;
+    for (int n = 0; n < ctx.num_nano_batches(); ++n) {
+      rows += ctx.nano_batch(n).rows;
+      cached += ctx.nano_batch(n).cached_positions;
+    }
+    chosen(rows, cached).schedule(ctx);
   }
   // Every group a strategy it may pick runs (the model checks them before it knows the pick).
   std::vector<model::FusedGroup> fused_groups() const override {
@@ -54,8 +66,8 @@ class RuleStrategy final : public Strategy {
   }
 
  private:
-  const Strategy& chosen(int64_t tokens) const {
-    return *strategies_.at(pick_strategy(table_, key_, tokens));
+  const Strategy& chosen(int64_t tokens, int64_t cached) const {
+    return *strategies_.at(pick_strategy(table_, key_, tokens, cached));
   }
 
   RuleKey key_;
@@ -75,21 +87,28 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
     const std::vector<std::string>& f = line.fields;
     SchedTuneEntry e;
     int64_t ranks = 0;
-    const bool ok = f.size() >= 6 && !f[0].empty() && parse_table_count(f[1], 1 << 20, ranks) &&
-                    parse_table_count(f[2], int64_t(1) << 40, e.hidden) &&
-                    parse_table_count(f[3], int64_t(1) << 40, e.tokens) && known_strategy(f[4]) &&
-                    parse_table_time(f[5], e.median_us);
+    // Seven columns, or six from before the cached column.
+    const size_t mix = f.size() == 7 ? 1 : 0;
+    bool ok = (f.size() == 6 || f.size() == 7) && !f[0].empty() &&
+              parse_table_count(f[1], 1 << 20, ranks) &&
+              parse_table_count(f[2], int64_t(1) << 40, e.hidden) &&
+              parse_table_count(f[3], int64_t(1) << 40, e.tokens) && known_strategy(f[4 + mix]) &&
+              parse_table_time(f[5 + mix], e.median_us);
+    if (ok && mix) {
+      e.cached = 0;  // "0" (a step of prompts only): parse_table_count reads counts from 1
+      ok = f[4] == "0" || parse_table_count(f[4], int64_t(1) << 50, e.cached);
+    }
     if (!ok) {
       throw_error(
           ErrorCode::kInvalidArgument,
           str(path, ":", line.number, ": '", line.text,
-              "': expected gpu, ranks, hidden, tokens (integers >= 1), a strategy (",
-              "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R[:P]] or tokenweave) and "
-              "median_us (> 0) separated by tabs"));
+              "': expected gpu, ranks, hidden, tokens (integers >= 1), cached (an integer >= 0; "
+              "may be left out), a strategy (sequential, nanoflow[:P[:W]], dual_batch, "
+              "single_batch[:R[:P]] or tokenweave) and median_us (> 0) separated by tabs"));
     }
     e.gpu = f[0];
     e.ranks = int(ranks);
-    e.strategy = f[4];
+    e.strategy = f[4 + mix];
     out.push_back(e);
   }
   return out;
@@ -98,10 +117,12 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
 void write_sched_tune_table(const std::string& path, const std::vector<SchedTuneEntry>& entries) {
   for (const SchedTuneEntry& e : entries) {
     check_table_name(e.gpu, "sched tune table entry gpu");
-    TESSERA_CHECK_ARG(e.ranks >= 1 && e.hidden >= 1 && e.tokens >= 1 && e.median_us > 0 &&
-                          known_strategy(e.strategy),
-                      "sched tune table entry for ", e.gpu, " tokens ", e.tokens, " ", e.strategy,
-                      ": expected sizes >= 1, a known strategy and a time > 0");
+    TESSERA_CHECK_ARG(e.ranks >= 1 && e.hidden >= 1 && e.tokens >= 1 && e.cached >= -1 &&
+                          e.median_us > 0 && known_strategy(e.strategy),
+                      "sched tune table entry for ", e.gpu, " tokens ", e.tokens, " cached ",
+                      e.cached, " ", e.strategy,
+                      ": expected sizes >= 1, cached positions >= 0 (-1: not recorded), a known "
+                      "strategy and a time > 0");
   }
   std::vector<SchedTuneEntry> all = read_sched_tune_table(path);
   for (const SchedTuneEntry& e : entries) {
@@ -111,18 +132,19 @@ void write_sched_tune_table(const std::string& path, const std::vector<SchedTune
   std::vector<std::string> rows;
   for (const SchedTuneEntry& e : all) {
     std::ostringstream row;
-    row << e.gpu << '\t' << e.ranks << '\t' << e.hidden << '\t' << e.tokens << '\t' << e.strategy
-        << '\t' << e.median_us;
+    row << e.gpu << '\t' << e.ranks << '\t' << e.hidden << '\t' << e.tokens << '\t';
+    if (e.cached >= 0) row << e.cached << '\t';  // a row without its mix stays six columns
+    row << e.strategy << '\t' << e.median_us;
     rows.push_back(row.str());
   }
   write_table_lines(path,
-                    "gpu\tranks\thidden\ttokens\tstrategy\tmedian_us (tessera bench sched "
-                    "--tune-table)",
+                    "gpu\tranks\thidden\ttokens\tcached\tstrategy\tmedian_us (tessera bench "
+                    "sched --tune-table)",
                     rows, "sched tune table");
 }
 
 std::string pick_strategy(const std::vector<SchedTuneEntry>& table, const RuleKey& key,
-                          int64_t tokens) {
+                          int64_t tokens, int64_t cached) {
   // The measured token count nearest in log scale, within a factor of 2.
   int64_t nearest = 0;
   double best_distance = std::log(2.0) + 1e-9;
@@ -135,11 +157,27 @@ std::string pick_strategy(const std::vector<SchedTuneEntry>& table, const RuleKe
       nearest = e.tokens;
     }
   }
+  auto at_nearest = [&](const SchedTuneEntry& e) {
+    return e.gpu == key.gpu && e.ranks == key.ranks && e.hidden == key.hidden &&
+           e.tokens == nearest;
+  };
+  // Of those rows, the recorded mix nearest the step's (the first such in the table on a tie).
+  int64_t mix = -1;
+  if (cached >= 0) {
+    double best_mix = 0;
+    for (const SchedTuneEntry& e : table) {
+      if (!at_nearest(e) || e.cached < 0) continue;
+      const double d = mix_distance(e.tokens, e.cached, tokens, cached);
+      if (mix < 0 || d < best_mix) {
+        best_mix = d;
+        mix = e.cached;
+      }
+    }
+  }
   std::string best = "sequential";
   double best_us = 0;
   for (const SchedTuneEntry& e : table) {
-    if (e.gpu != key.gpu || e.ranks != key.ranks || e.hidden != key.hidden || e.tokens != nearest)
-      continue;
+    if (!at_nearest(e) || (mix >= 0 && e.cached != mix)) continue;
     if (best_us == 0 || e.median_us < best_us) {
       best_us = e.median_us;
       best = e.strategy;

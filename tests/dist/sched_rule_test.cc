@@ -60,7 +60,9 @@ TEST(SchedRule, TheTableReadsBackWhatWasWrittenAndMergesRows) {
 TEST(SchedRule, MalformedRowsAreRefusedNamingTheLine) {
   const std::string path = temp_table("sched_rule_bad.tsv");
   for (const char* row : {"H100\t4\t8192\t2048\tfastest\t90\n", "H100\t4\t8192\t0\tnanoflow\t90\n",
-                          "H100\t4\t8192\t2048\tnanoflow\t-1\n", "H100\t4\t8192\n"}) {
+                          "H100\t4\t8192\t2048\tnanoflow\t-1\n", "H100\t4\t8192\n",
+                          "H100\t4\t8192\t2048\t-5\tnanoflow\t90\n",
+                          "H100\t4\t8192\t2048\t100\tnanoflow\t90\textra\n"}) {
     std::ofstream(path, std::ios::trunc) << "# header\n" << row;
     try {
       sched::read_sched_tune_table(path);
@@ -96,6 +98,42 @@ TEST(SchedRule, PicksTheFastestAtTheNearestMeasuredCountWithinAFactorOfTwo) {
   EXPECT_EQ(sched::pick_strategy(table, kKey, 64), "sequential");
   EXPECT_EQ(sched::pick_strategy(table, {"H100", 4, 2048}, 2048), "sequential");
   EXPECT_EQ(sched::pick_strategy({}, kKey, 2048), "sequential");
+}
+
+// At 8192 rows a decode-heavy step (6144 decodes after 1024 positions) and a prefill-heavy one
+// (3072 decodes) were measured apart: each step takes the rows of the mix nearest its own
+// (cached positions per row), the rows without a mix only where none has one.
+TEST(SchedRule, PicksAmongTheRowsOfTheNearestMix) {
+  const int64_t heavy = 6144 * 1024, light = 3072 * 1024;
+  const std::vector<SchedTuneEntry> table = {
+      {"H200", 1, 4096, 8192, "sequential", 100.0, heavy},
+      {"H200", 1, 4096, 8192, "nanoflow:60", 85.0, heavy},
+      {"H200", 1, 4096, 8192, "sequential", 70.0, light},
+      {"H200", 1, 4096, 8192, "nanoflow:60", 75.0, light},
+      {"H200", 1, 4096, 2048, "dual_batch", 20.0},  // no mix recorded
+      {"H200", 1, 4096, 2048, "sequential", 30.0}};
+  const sched::RuleKey key{"H200", 1, 4096};
+  EXPECT_EQ(sched::pick_strategy(table, key, 8192, heavy), "nanoflow:60");
+  EXPECT_EQ(sched::pick_strategy(table, key, 8192, light), "sequential");
+  EXPECT_EQ(sched::pick_strategy(table, key, 8192, 0), "sequential");  // prompts only: light's
+  EXPECT_EQ(sched::pick_strategy(table, key, 6000, 6000 * 1000), "nanoflow:60");
+  EXPECT_EQ(sched::pick_strategy(table, key, 8192), "sequential");  // unknown mix: every row
+  EXPECT_EQ(sched::pick_strategy(table, key, 2048, 2048 * 512), "dual_batch");
+  // Written and read back with its mix; a six-column row (before the mix) reads as unknown.
+  const std::string path = temp_table("sched_rule_mix.tsv");
+  sched::write_sched_tune_table(path, table);
+  const std::vector<SchedTuneEntry> back = sched::read_sched_tune_table(path);
+  ASSERT_EQ(back.size(), table.size());
+  EXPECT_EQ(back[0].cached, heavy);
+  EXPECT_EQ(back[4].cached, -1);
+  std::ofstream(path, std::ios::trunc) << "H200\t1\t4096\t8192\t0\tnanoflow\t9\n"
+                                       << "H200\t1\t4096\t8192\tsequential\t10\n";
+  const std::vector<SchedTuneEntry> mixed = sched::read_sched_tune_table(path);
+  ASSERT_EQ(mixed.size(), 2u);
+  EXPECT_EQ(mixed[0].cached, 0);
+  EXPECT_EQ(mixed[1].cached, -1);
+  EXPECT_THROW(
+      sched::write_sched_tune_table(path, {{"H200", 1, 4096, 8192, "sequential", 1.0, -2}}), Error);
 }
 
 TEST(SchedRule, StrategiesByNameIncludeTheRule) {

@@ -58,6 +58,11 @@ int64_t step_decodes(const SchedArgs& a, size_t i) {
   return std::min(a.tokens[i], a.decodes[i]);
 }
 
+// The positions case i's sequences have cached: --context for each decode, none for prompts.
+int64_t step_cached(const SchedArgs& a, size_t i) {
+  return step_decodes(a, i) * a.context;
+}
+
 // Prompts of case i beside its decode rows.
 std::vector<int64_t> prompt_lengths(const SchedArgs& a, size_t i) {
   std::vector<int64_t> out;
@@ -258,7 +263,8 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
         m->set_timeline(nullptr);
         reset(step_in);
       }
-      if (name == "auto") r.picked = sched::pick_strategy(rule_table, rule_key, t);
+      if (name == "auto")
+        r.picked = sched::pick_strategy(rule_table, rule_key, t, step_cached(a, c));
       r.median_us = max_across_ranks(ctx, median(us));
       r.host_us = max_across_ranks(ctx, median(host));
       out.push_back(r);
@@ -406,8 +412,8 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
       std::printf("\n");
       for (auto m = first; m != last; ++m) {
         if (m->strategy != "auto")
-          tuned.push_back(
-              {gpu_name(ctx), ctx.size, a.config.hidden_size, t, m->strategy, m->median_us});
+          tuned.push_back({gpu_name(ctx), ctx.size, a.config.hidden_size, t, m->strategy,
+                           m->median_us, step_cached(a, c)});
       }
     }
     if (!opt.text("tune-table").empty()) {
