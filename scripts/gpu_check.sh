@@ -134,22 +134,30 @@ if has dit; then
 fi
 if has sched; then
   # The scheduler's strategies side by side (writing the rule's table), then the rule beside
-  # them: on one GPU Llama-3-8B on decode-heavy steps (NanoFlow's setting; its SM shares and
-  # GEMM window as docs/PERF.md measured them), on several a Llama-3-70B-shaped stack at TP N.
+  # them: on one GPU Llama-3-8B on steps mixing decodes and prompts (NanoFlow's setting; its SM
+  # shares and GEMM window as docs/PERF.md measured them), and a decode-heavy 8192-row step on 4
+  # layers (6144 decodes' caches at context 1024 fill 103 GB there, 206 GB on 8); on several GPUs
+  # a Llama-3-70B-shaped stack at TP N. Each run's rows go into one table, keyed by their mix.
   if [ "$ngpu" -ge 2 ]; then
-    model=(--config llama3-70b --layers 8 --tp "$ngpu" --tokens 64,2048,8192)
+    runs=("--config llama3-70b --layers 8 --tp $ngpu --tokens 64,2048,8192")
     strategies=all
   else
-    model=(--config llama3-8b --layers 8 --tokens 64,2048,4096,8192 --decode 64,1536,3072,3072
-      --context 1024)
+    runs=("--config llama3-8b --layers 8 --tokens 64,2048,4096,8192 --decode 64,1536,3072,3072 --context 1024"
+      "--config llama3-8b --layers 4 --tokens 8192 --decode 6144 --context 1024")
     strategies=sequential,nanoflow:60,nanoflow:60:2,dual_batch,tokenweave
   fi
-  $bin bench sched "${model[@]}" --strategies "$strategies" --tune-table "$out/sched_tune.tsv" \
-    --json "$out/sched.json" >"$out/sched.log" 2>&1 || status=1
+  for i in "${!runs[@]}"; do
+    read -r -a model <<<"${runs[$i]}"
+    $bin bench sched "${model[@]}" --strategies "$strategies" --tune-table "$out/sched_tune.tsv" \
+      --json "$out/sched_$i.json" >"$out/sched_$i.log" 2>&1 || status=1
+  done
   [ "$strategies" = all ] && strategies=sequential,nanoflow,dual_batch,tokenweave
-  TESSERA_SCHED_TUNE_TABLE="$out/sched_tune.tsv" $bin bench sched "${model[@]}" \
-    --strategies "$strategies,auto" --json "$out/sched_auto.json" >"$out/sched_auto.log" 2>&1 ||
-    status=1
+  for i in "${!runs[@]}"; do
+    read -r -a model <<<"${runs[$i]}"
+    TESSERA_SCHED_TUNE_TABLE="$out/sched_tune.tsv" $bin bench sched "${model[@]}" \
+      --strategies "$strategies,auto" --json "$out/sched_auto_$i.json" >>"$out/sched_auto.log" 2>&1 ||
+      status=1
+  done
 fi
 if has python; then
   scripts/gpu_python.sh "$out" || status=1
@@ -169,7 +177,7 @@ tar czf "$final/gpu-check.tgz" -C "$out" .
 [ -f "$out/tp_sweep.log" ] && { echo "=== tp sweep ==="; grep -v "^\[" "$out/tp_sweep.log" | tail -90; }
 [ -f "$out/torch_tp.log" ] && { echo "=== torch tp ==="; tail -70 "$out/torch_tp.log"; }
 [ -f "$out/tp_auto.log" ] && { echo "=== tp auto ==="; grep -v "^\[" "$out/tp_auto.log" | tail -50; }
-[ -f "$out/sched_auto.log" ] && { echo "=== sched ==="; grep -v "^\[" "$out/sched_auto.log" | tail -24; }
+[ -f "$out/sched_auto.log" ] && { echo "=== sched ==="; grep -v "^\[" "$out/sched_auto.log" | tail -32; }
 [ -f "$out/llm.log" ] && { echo "=== llm ==="; grep -E "^# tessera run llm|prefill|per output token|roofline" "$out/llm.log"; }
 [ -f "$out/llm_transformers.log" ] && { echo "=== transformers ==="; tail -8 "$out/llm_transformers.log"; }
 [ -f "$out/sanitize.txt" ] && { echo "=== sanitize ==="; cat "$out/sanitize.txt"; }
