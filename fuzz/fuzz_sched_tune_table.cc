@@ -1,15 +1,12 @@
 // Fuzzes the scheduler rule's table file (src/sched/rule.cc): the input is the file. Reading
 // must return rows inside their declared ranges (a strategy make_strategy makes, nanoflow:P[:W]
 // included) or throw tessera::Error naming the file and line; rows read must write and read back
-// the same; the rule's pick at a row's own token count must be a strategy measured there, the
-// fastest. A crash, UB, another exception or a broken round trip is a finding.
-#include <unistd.h>
-
+// the same; the rule's pick at a row's own token count and mix must be a strategy measured there,
+// the fastest. A crash, UB, another exception or a broken round trip is a finding.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,27 +18,17 @@ using namespace tessera;
 
 namespace {
 
-std::string temp_file(const char* what) {
-  return "/tmp/tessera_fuzz_sched_tune_" + std::to_string(::getpid()) + "_" + what + ".tsv";
-}
-
 bool same_case(const sched::SchedTuneEntry& a, const sched::SchedTuneEntry& b) {
   return a.gpu == b.gpu && a.ranks == b.ranks && a.hidden == b.hidden && a.tokens == b.tokens &&
          a.cached == b.cached && a.strategy == b.strategy;
 }
 
-bool close(double a, double b) {  // the writer prints times to 6 significant digits
-  return std::fabs(a - b) <= 1e-5 * std::max(std::fabs(a), std::fabs(b));
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string input = temp_file("in"), copy = temp_file("copy");
-  {
-    std::ofstream f(input, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(data), std::streamsize(size));
-  }
+  const fuzz::TableFiles files("sched_tune", data, size);
+  const std::string& input = files.input;
+  const std::string& copy = files.copy;
   std::vector<sched::SchedTuneEntry> rows;
   try {
     rows = sched::read_sched_tune_table(input);
@@ -61,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::erase_if(expected, [&](const sched::SchedTuneEntry& o) { return same_case(o, e); });
     expected.push_back(e);
   }
-  std::remove(copy.c_str());
+  std::remove(copy.c_str());  // the writer merges into what is there
   try {
     sched::write_sched_tune_table(copy, rows);
   } catch (const Error&) {
@@ -71,7 +58,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (again.size() != expected.size())
     fuzz::fail("the written table reads back a different row count");
   for (size_t i = 0; i < again.size(); ++i)
-    if (!same_case(again[i], expected[i]) || !close(again[i].median_us, expected[i].median_us))
+    if (!same_case(again[i], expected[i]) ||
+        !fuzz::same_time(again[i].median_us, expected[i].median_us))
       fuzz::fail("row " + std::to_string(i) + " does not read back as written");
   if (!expected.empty()) {
     const sched::SchedTuneEntry& probe = expected[expected.size() / 2];
@@ -95,7 +83,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (row == expected.end() || row->median_us != fastest)
       fuzz::fail("pick_strategy at a measured count did not pick its fastest strategy");
   }
-  std::remove(input.c_str());
-  std::remove(copy.c_str());
   return 0;
 }

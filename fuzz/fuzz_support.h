@@ -4,10 +4,14 @@
 #pragma once
 
 #include <fuzzer/FuzzedDataProvider.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <string>
 #include <utility>
@@ -65,6 +69,35 @@ inline double draw_double(FuzzedDataProvider& in) {
     return kSpecial[in.ConsumeIntegralInRange<size_t>(0, std::size(kSpecial) - 1)];
   }
   return in.ConsumeFloatingPoint<double>();
+}
+
+// The files a table fuzzer uses, under /tmp and per process: `input` holds the fuzzer's bytes
+// (the table file to read), `copy` what the writer writes back. Both removed when done.
+struct TableFiles {
+  TableFiles(const char* table, const uint8_t* data, size_t size)
+      : input(path(table, "in")), copy(path(table, "copy")) {
+    std::ofstream(input, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(data), std::streamsize(size));
+  }
+  ~TableFiles() {
+    std::remove(input.c_str());
+    std::remove(copy.c_str());
+  }
+  TableFiles(const TableFiles&) = delete;
+  TableFiles& operator=(const TableFiles&) = delete;
+
+  const std::string input, copy;
+
+ private:
+  static std::string path(const char* table, const char* what) {
+    return "/tmp/tessera_fuzz_" + std::string(table) + "_" + std::to_string(::getpid()) + "_" +
+           what + ".tsv";
+  }
+};
+
+// Whether a time read back from a table is the one written: writers print 6 significant digits.
+inline bool same_time(double a, double b) {
+  return std::fabs(a - b) <= 1e-5 * std::max(std::fabs(a), std::fabs(b));
 }
 
 }  // namespace tessera::fuzz

@@ -2,13 +2,10 @@
 // Reading must return rows inside their declared ranges or throw tessera::Error naming the file
 // and line; rows read must write and read back the same; a lookup of a row's own case must find
 // a row of that case. A crash, UB, another exception or a broken round trip is a finding.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -20,27 +17,17 @@ using namespace tessera;
 
 namespace {
 
-std::string temp_file(const char* what) {
-  return "/tmp/tessera_fuzz_tp_tune_" + std::to_string(::getpid()) + "_" + what + ".tsv";
-}
-
 bool same_case(const tp::TpTuneEntry& a, const tp::TpTuneEntry& b) {
   return a.gpu == b.gpu && a.world_size == b.world_size && a.num_machines == b.num_machines &&
          a.op == b.op && a.n == b.n && a.k == b.k && a.m == b.m;
 }
 
-bool close(double a, double b) {  // the writer prints times to 6 significant digits
-  return std::fabs(a - b) <= 1e-5 * std::max(std::fabs(a), std::fabs(b));
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string input = temp_file("in"), copy = temp_file("copy");
-  {
-    std::ofstream f(input, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(data), std::streamsize(size));
-  }
+  const fuzz::TableFiles files("tp_tune", data, size);
+  const std::string& input = files.input;
+  const std::string& copy = files.copy;
   std::vector<tp::TpTuneEntry> rows;
   try {
     rows = tp::read_tp_tune_table(input);
@@ -61,7 +48,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::erase_if(expected, [&](const tp::TpTuneEntry& o) { return same_case(o, e); });
     expected.push_back(e);
   }
-  std::remove(copy.c_str());
+  std::remove(copy.c_str());  // the writer merges into what is there
   try {
     tp::write_tp_tune_table(copy, rows);
   } catch (const Error&) {
@@ -71,8 +58,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (again.size() != expected.size())
     fuzz::fail("the written table reads back a different row count");
   for (size_t i = 0; i < again.size(); ++i)
-    if (!same_case(again[i], expected[i]) || !close(again[i].fused_us, expected[i].fused_us) ||
-        !close(again[i].unfused_us, expected[i].unfused_us))
+    if (!same_case(again[i], expected[i]) ||
+        !fuzz::same_time(again[i].fused_us, expected[i].fused_us) ||
+        !fuzz::same_time(again[i].unfused_us, expected[i].unfused_us))
       fuzz::fail("row " + std::to_string(i) + " does not read back as written");
   if (!rows.empty()) {
     const tp::TpTuneEntry& probe = rows[rows.size() / 2];
@@ -87,7 +75,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!found || found->m != probe.m)
       fuzz::fail("tuned_row found no row for a case in the table");
   }
-  std::remove(input.c_str());
-  std::remove(copy.c_str());
   return 0;
 }

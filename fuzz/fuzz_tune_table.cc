@@ -3,13 +3,10 @@
 // throw tessera::Error naming the file and line; rows read must write and read back the same;
 // a lookup over them must give one of their cluster sizes. A crash, UB, another exception or a
 // broken round trip is a finding.
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,25 +18,17 @@ using namespace tessera;
 
 namespace {
 
-std::string temp_file(const char* what) {
-  return "/tmp/tessera_fuzz_tune_" + std::to_string(::getpid()) + "_" + what + ".tsv";
-}
-
 bool same(const decode::TuneEntry& a, const decode::TuneEntry& b) {
-  // The writer prints times to 6 significant digits.
-  const double tolerance = 1e-5 * std::max(1.0, std::fabs(a.median_us));
   return a.gpu == b.gpu && a.model == b.model && a.batch == b.batch && a.context == b.context &&
-         a.cluster_size == b.cluster_size && std::fabs(a.median_us - b.median_us) <= tolerance;
+         a.cluster_size == b.cluster_size && fuzz::same_time(a.median_us, b.median_us);
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const std::string input = temp_file("in"), copy = temp_file("copy");
-  {
-    std::ofstream f(input, std::ios::binary | std::ios::trunc);
-    f.write(reinterpret_cast<const char*>(data), std::streamsize(size));
-  }
+  const fuzz::TableFiles files("tune", data, size);
+  const std::string& input = files.input;
+  const std::string& copy = files.copy;
   std::vector<decode::TuneEntry> rows;
   try {
     rows = decode::read_tune_table(input);
@@ -61,7 +50,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     });
     expected.push_back(e);
   }
-  std::remove(copy.c_str());
+  std::remove(copy.c_str());  // the writer merges into what is there
   try {
     decode::write_tune_table(copy, rows);
   } catch (const Error&) {
@@ -80,7 +69,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!n || *n < 1 || *n > 16)
       fuzz::fail("tuned_cluster_size found no row for a shape in the table");
   }
-  std::remove(input.c_str());
-  std::remove(copy.c_str());
   return 0;
 }

@@ -117,7 +117,7 @@ std::string PythonStrategy::name() const {
 std::vector<sched::NanoBatch> PythonStrategy::split(const model::PackedBatch& batch) const {
   nb::gil_scoped_acquire gil;
   nb::object counts = strategy_.attr("split")(lengths_of(batch));
-  if (counts.is_none()) return {{0, batch.sequences.size(), 0, batch.total_tokens()}};
+  if (counts.is_none()) return sched::token_balanced_split(batch, 1);  // the batch whole
   std::vector<int64_t> parts;
   TESSERA_CHECK_ARG(nb::try_cast(counts, parts), "split(): returned a ",
                     Py_TYPE(counts.ptr())->tp_name,
