@@ -26,10 +26,14 @@ std::vector<TableLine> read_table_lines(const std::string& path) {
   return out;
 }
 
+bool read_whole(const std::string& text, const char* end) {
+  return !text.empty() && end == text.data() + text.size();
+}
+
 bool parse_table_count(const std::string& text, int64_t limit, int64_t& value) {
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < 1 || v > limit) return false;
+  if (!read_whole(text, end) || v < 1 || v > limit) return false;
   value = v;
   return true;
 }
@@ -37,7 +41,7 @@ bool parse_table_count(const std::string& text, int64_t limit, int64_t& value) {
 bool parse_table_time(const std::string& text, double& value) {
   char* end = nullptr;
   value = std::strtod(text.c_str(), &end);
-  return !text.empty() && *end == '\0' && std::isfinite(value) && value > 0;
+  return read_whole(text, end) && std::isfinite(value) && value > 0;
 }
 
 void check_table_name(const std::string& name, const std::string& what) {

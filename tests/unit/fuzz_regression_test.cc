@@ -11,6 +11,7 @@
 #include "rank_launch.h"
 #include "tessera/core/error.h"
 #include "tessera/core/params.h"
+#include "tessera/core/table_file.h"
 #include "tessera/sp/validator.h"
 #include "unit/sp_test_util.h"
 
@@ -109,6 +110,20 @@ TEST(FuzzRegression, ParamOverrideRefusesNonFiniteNumbers) {
   kUnitInterval.override(1.0);
   EXPECT_EQ(kUnitInterval.get(), 1.0);
   kUnitInterval.clear_override();
+}
+
+// fuzz_sched_tune_table: a field with a NUL byte ("2\0.6") read as its text before the NUL, the
+// C parsers stopping there as at the end.
+TEST(FuzzRegression, TableFieldsWithANulByteAreNotNumbers) {
+  const std::string time("2\0.6", 4), count("16\0", 3);
+  double t = 0;
+  int64_t n = 0;
+  EXPECT_FALSE(parse_table_time(time, t));
+  EXPECT_FALSE(parse_table_count(count, 100, n));
+  EXPECT_TRUE(parse_table_time("2.6", t));
+  EXPECT_EQ(t, 2.6);
+  EXPECT_TRUE(parse_table_count("16", 100, n));
+  EXPECT_EQ(n, 16);
 }
 
 // fuzz_cli_options: a zero factor after an overflowing pair gave SIZE_MAX instead of 0.

@@ -18,6 +18,10 @@ struct TableLine {
 // The rows of the file at `path` (comment and empty lines skipped); a missing file has none.
 std::vector<TableLine> read_table_lines(const std::string& path);
 
+// Whether a parse of `text` (strtoll, strtod) that stopped at `end` read all of it: a field
+// read from a file may hold a NUL byte, where the C parsers stop as at its end.
+bool read_whole(const std::string& text, const char* end);
+
 // A whole field holding an integer from 1 to `limit` (range-checked before any narrowing).
 bool parse_table_count(const std::string& text, int64_t limit, int64_t& value);
 // A whole field holding a finite number > 0 (a time).
