@@ -30,12 +30,16 @@ bool read_whole(const std::string& text, const char* end) {
   return !text.empty() && end == text.data() + text.size();
 }
 
-bool parse_table_count(const std::string& text, int64_t limit, int64_t& value) {
+bool parse_table_integer(const std::string& text, int64_t min, int64_t max, int64_t& value) {
   char* end = nullptr;
   const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (!read_whole(text, end) || v < 1 || v > limit) return false;
+  if (!read_whole(text, end) || v < min || v > max) return false;
   value = v;
   return true;
+}
+
+bool parse_table_count(const std::string& text, int64_t limit, int64_t& value) {
+  return parse_table_integer(text, 1, limit, value);
 }
 
 bool parse_table_time(const std::string& text, double& value) {

@@ -36,17 +36,16 @@ std::vector<TuneEntry> read_tune_table(const std::string& path) {
     if (f.size() >= 6) {
       e.gpu = f[0];
       e.model = f[1];
-      e.batch = std::strtoll(f[2].c_str(), &end, 10);
-      const bool b_ok = read_whole(f[2], end);
-      e.context = std::strtoll(f[3].c_str(), &end, 10);
-      const bool c_ok = read_whole(f[3], end);
+      constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+      const bool b_ok = parse_table_count(f[2], kMax, e.batch);
+      const bool c_ok = parse_table_count(f[3], kMax, e.context);
       // Range-checked before narrowing: 4294967297 must not read as cluster size 1.
-      const long long n = std::strtoll(f[4].c_str(), &end, 10);
-      const bool n_ok = read_whole(f[4], end) && n >= 1 && n <= 16;
-      e.cluster_size = n_ok ? int(n) : 0;
+      int64_t n = 0;
+      const bool n_ok = parse_table_count(f[4], 16, n);
+      e.cluster_size = int(n);
       e.median_us = std::strtod(f[5].c_str(), &end);
       const bool us_ok = read_whole(f[5], end) && std::isfinite(e.median_us) && e.median_us >= 0;
-      if (b_ok && c_ok && n_ok && us_ok && e.batch > 0 && e.context > 0) {
+      if (b_ok && c_ok && n_ok && us_ok) {
         out.push_back(e);
         continue;
       }

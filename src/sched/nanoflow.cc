@@ -34,6 +34,7 @@ void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {
   int shared_left = 0;  // of shared_gemms_, since `attending`'s attention was issued
   int n = 0;
   while (!ctx.finished()) {
+    const bool reads_cache = ctx.nano_batch(n).cached_positions > 0;
     while (const std::optional<Step> s = ctx.ready(n)) {
       Placement where;
       OpKind kind = model::llama_op_kind(s->op);
@@ -49,7 +50,6 @@ void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {
           --shared_left;
         }
       }
-      const bool reads_cache = ctx.nano_batch(n).cached_positions > 0;
       if (s->op == LlamaOp::kAttention && gemm_sm_percent_ < 100 && reads_cache)
         where.attention_sm_percent = 100 - gemm_sm_percent_;
       ctx.run_next(n, where);

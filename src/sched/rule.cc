@@ -44,8 +44,9 @@ class RuleStrategy final : public Strategy {
   }
   std::string name() const override { return "auto"; }
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override {
-    int64_t cached = 0;
-    for (const model::PackedSequence& s : batch.sequences) cached += s.start;
+    const int64_t cached = batch.sequences.empty()
+                               ? 0
+                               : nano_batch_of(batch, 0, batch.sequences.size()).cached_positions;
     return chosen(batch.total_tokens(), cached).split(batch);
   }
   void schedule(ScheduleContext& ctx) const override {
@@ -94,10 +95,7 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
               parse_table_count(f[2], int64_t(1) << 40, e.hidden) &&
               parse_table_count(f[3], int64_t(1) << 40, e.tokens) && known_strategy(f[4 + mix]) &&
               parse_table_time(f[5 + mix], e.median_us);
-    if (ok && mix) {
-      e.cached = 0;  // "0" (a step of prompts only): parse_table_count reads counts from 1
-      ok = f[4] == "0" || parse_table_count(f[4], int64_t(1) << 50, e.cached);
-    }
+    if (ok && mix) ok = parse_table_integer(f[4], 0, int64_t(1) << 50, e.cached);
     if (!ok) {
       throw_error(
           ErrorCode::kInvalidArgument,

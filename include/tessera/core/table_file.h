@@ -22,7 +22,9 @@ std::vector<TableLine> read_table_lines(const std::string& path);
 // read from a file may hold a NUL byte, where the C parsers stop as at its end.
 bool read_whole(const std::string& text, const char* end);
 
-// A whole field holding an integer from 1 to `limit` (range-checked before any narrowing).
+// A whole field holding an integer from `min` to `max` (range-checked before any narrowing).
+bool parse_table_integer(const std::string& text, int64_t min, int64_t max, int64_t& value);
+// A whole field holding an integer from 1 to `limit`.
 bool parse_table_count(const std::string& text, int64_t limit, int64_t& value);
 // A whole field holding a finite number > 0 (a time).
 bool parse_table_time(const std::string& text, double& value);
