@@ -128,7 +128,18 @@ LlamaGpuModel::Impl::Impl(const DecoderConfig& c, const LlamaTensorSource& sourc
 
   pages_per_seq = (o.max_context + o.cache.page_size - 1) / o.cache.page_size;
   cache_rows = o.cache.num_pages * o.cache.page_size;
-  cache = Tensor::empty({shapes.num_layers, 2, cache_rows, kvw}, o.dtype, device);
+  try {
+    cache = Tensor::empty({shapes.num_layers, 2, cache_rows, kvw}, o.dtype, device);
+  } catch (const Error& e) {
+    // The cache is most of the memory a large batch asks for: say which option sized it.
+    const double gb = double(shapes.num_layers) * 2 * double(cache_rows) * double(kvw) *
+                      double(dtype_size(o.dtype)) / 1e9;
+    throw_error(e.code(), str("LlamaGpuOptions.cache: ", o.cache.num_pages, " pages of ",
+                              o.cache.page_size, " positions over ", shapes.num_layers,
+                              " layers need ", gb, " GB of KV cache on cuda:", o.device,
+                              ", which it could not allocate; fewer pages or layers would fit (",
+                              e.what(), ")"));
+  }
 
   const int64_t t = o.max_tokens, r = o.max_logit_rows;
   for (Tensor* b : {&x, &residual, &h}) *b = Tensor::empty({t, cw}, o.dtype, device);

@@ -164,7 +164,13 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
     o.max_batch = std::max(most_inputs, most_decodes);
     o.max_context = std::max(a.context + 1, a.prompt_len);
     o.max_logit_rows = o.max_batch;
-    m = std::make_unique<CudaSchedModel>(a, ctx, o);
+    try {
+      m = std::make_unique<CudaSchedModel>(a, ctx, o);
+    } catch (const Error& e) {
+      throw_error(e.code(), str("bench sched: the caches of --decode ", most_decodes,
+                                " sequences at --context ", a.context, " on ",
+                                a.config.num_hidden_layers, " --layers: ", e.what()));
+    }
   } else {
     m = std::make_unique<CpuSchedModel>(a, ctx, decode_pages + prompt_pages);
   }
