@@ -44,20 +44,26 @@ int64_t value_or(const NameParameters& got, size_t i, int64_t otherwise) {
   return i < got.values.size() ? got.values[i] : otherwise;
 }
 
-// "nanoflow", "nanoflow:P" or "nanoflow:P:W" (P: the GEMMs' share of the multiprocessors, 1 to
-// 100; W: how many GEMMs after the other nano-batch's attention take it, 1 to 64, or all);
-// false for other names.
-bool parse_nanoflow(const std::string& name, int& percent, int& shared_gemms) {
-  const NameParameters got = parameters_of(name, "nanoflow", 2);
+// "nanoflow", "nanoflow:P", "nanoflow:P:W" or "nanoflow:P:W:K" (P: the GEMMs' share of the
+// multiprocessors, 1 to 100; W: how many GEMMs after the other nano-batch's attention take it,
+// 1 to 64, or 0 for all; K: the cached positions that cost one row of GEMMs in the split,
+// overlap_balanced_split's positions_per_row); false for other names.
+bool parse_nanoflow(const std::string& name, int& percent, int& shared_gemms,
+                    int64_t& positions_per_row) {
+  const NameParameters got = parameters_of(name, "nanoflow", 3);
   if (!got.matches) return false;
-  const int64_t p = value_or(got, 0, kNanoFlowGemmSmPercent), w = value_or(got, 1, 0);
-  TESSERA_CHECK_ARG(
-      got.well_formed && p >= 1 && p <= 100 && (got.values.size() < 2 || (w >= 1 && w <= 64)),
-      "strategy = '", name,
-      "': expected nanoflow:P[:W] with P the GEMMs' share of the multiprocessors, "
-      "1 to 100, and W how many GEMMs take it, 1 to 64");
+  const int64_t p = value_or(got, 0, kNanoFlowGemmSmPercent), w = value_or(got, 1, 0),
+                k = value_or(got, 2, 0);
+  TESSERA_CHECK_ARG(got.well_formed && p >= 1 && p <= 100 && w >= 0 && w <= 64 &&
+                        (got.values.size() < 3 || (k >= 1 && k <= kMostPositionsPerRow)),
+                    "strategy = '", name,
+                    "': expected nanoflow:P[:W[:K]] with P the GEMMs' share of the "
+                    "multiprocessors, 1 to 100, W how many GEMMs take it, 0 (all) to 64, and K "
+                    "the cached positions costing one row of GEMMs in the split, 1 to ",
+                    kMostPositionsPerRow);
   percent = int(p);
   shared_gemms = int(w);
+  positions_per_row = k;
   return true;
 }
 
@@ -88,10 +94,10 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name) {
     return std::make_unique<PartitionedStrategy>(make_strategy(name.substr(0, at)),
                                                  name.substr(at + 1));
   int percent = 0, shared_gemms = 0;
-  int64_t chunk_rows = 0;
+  int64_t chunk_rows = 0, positions_per_row = 0;
   if (name == "sequential") return std::make_unique<SequentialStrategy>();
-  if (parse_nanoflow(name, percent, shared_gemms))
-    return std::make_unique<NanoFlowStrategy>(percent, shared_gemms);
+  if (parse_nanoflow(name, percent, shared_gemms, positions_per_row))
+    return std::make_unique<NanoFlowStrategy>(percent, shared_gemms, positions_per_row);
   if (name == "dual_batch") return std::make_unique<DualBatchStrategy>();
   if (parse_single_batch(name, chunk_rows, percent))
     return std::make_unique<SingleBatchStrategy>(chunk_rows, percent);
@@ -99,7 +105,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name) {
   if (name == "flux") return std::make_unique<FluxStrategy>();
   throw_error(ErrorCode::kInvalidArgument,
               str("strategy = '", name,
-                  "': expected sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R[:P]], "
+                  "': expected sequential, nanoflow[:P[:W[:K]]], dual_batch, single_batch[:R[:P]], "
                   "tokenweave or flux"));
 }
 

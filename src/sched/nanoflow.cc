@@ -15,13 +15,18 @@
 namespace tessera::sched {
 
 std::string NanoFlowStrategy::name() const {
+  if (positions_per_row_ > 0)
+    return str("nanoflow:", gemm_sm_percent_, ":", shared_gemms_, ":", positions_per_row_);
   if (shared_gemms_ > 0) return str("nanoflow:", gemm_sm_percent_, ":", shared_gemms_);
   return gemm_sm_percent_ == kNanoFlowGemmSmPercent ? "nanoflow"
                                                     : str("nanoflow:", gemm_sm_percent_);
 }
 
 std::vector<NanoBatch> NanoFlowStrategy::split(const model::PackedBatch& batch) const {
-  return token_balanced_split(batch, batch.total_tokens() >= kNanoFlowMinTokens ? 2 : 1);
+  if (batch.total_tokens() < kNanoFlowMinTokens) return token_balanced_split(batch, 1);
+  if (positions_per_row_ > 0)
+    return overlap_balanced_split(batch, positions_per_row_, gemm_sm_percent_);
+  return token_balanced_split(batch, 2);
 }
 
 void NanoFlowStrategy::schedule(ScheduleContext& ctx) const {

@@ -101,7 +101,7 @@ std::vector<SchedTuneEntry> read_sched_tune_table(const std::string& path) {
           ErrorCode::kInvalidArgument,
           str(path, ":", line.number, ": '", line.text,
               "': expected gpu, ranks, hidden, tokens (integers >= 1), cached (an integer >= 0; "
-              "may be left out), a strategy (sequential, nanoflow[:P[:W]], dual_batch, "
+              "may be left out), a strategy (sequential, nanoflow[:P[:W[:K]]], dual_batch, "
               "single_batch[:R[:P]] or tokenweave) and median_us (> 0) separated by tabs"));
     }
     e.gpu = f[0];
@@ -195,7 +195,7 @@ std::unique_ptr<Strategy> make_named_strategy(const std::string& name, const Rul
   if (known_strategy(name) || name.starts_with("nanoflow:") || name.starts_with("single_batch:"))
     return make_strategy(name);
   throw_error(ErrorCode::kInvalidArgument, str("strategy = '", name,
-                                               "': expected sequential, nanoflow[:P[:W]], "
+                                               "': expected sequential, nanoflow[:P[:W[:K]]], "
                                                "dual_batch, single_batch[:R[:P]], tokenweave or "
                                                "auto (the rule)"));
 }

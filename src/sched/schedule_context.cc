@@ -1,5 +1,6 @@
 // Splitting batches and tracking each nano-batch's chain of operations (schedule.h).
 #include <algorithm>
+#include <cstdlib>
 
 #include "tessera/core/error.h"
 #include "tessera/sched/schedule.h"
@@ -41,6 +42,40 @@ std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int
   if (first < batch.sequences.size())
     out.push_back(nano_batch_of(batch, first, batch.sequences.size() - first));
   return out;
+}
+
+std::vector<NanoBatch> overlap_balanced_split(const model::PackedBatch& batch,
+                                              int64_t positions_per_row, int gemm_sm_percent) {
+  TESSERA_CHECK_ARG(positions_per_row >= 1 && positions_per_row <= kMostPositionsPerRow,
+                    "positions_per_row = ", positions_per_row, ": expected 1 to ",
+                    kMostPositionsPerRow);
+  TESSERA_CHECK_ARG(gemm_sm_percent >= 1 && gemm_sm_percent <= 100,
+                    "gemm_sm_percent = ", gemm_sm_percent, ": expected 1 to 100");
+  const size_t n = batch.sequences.size();
+  if (n < 2) return token_balanced_split(batch, 1);
+  const NanoBatch all = nano_batch_of(batch, 0, n);
+  // One phase: `attending`'s attention beside the other nano-batch's `rows` of GEMMs, in
+  // integer units of 1 / (100 positions_per_row) rows, so equal costs compare equal.
+  const int64_t ppr = positions_per_row, share = gemm_sm_percent;
+  auto phase = [&](int64_t attending_cached, int64_t rows) {
+    if (attending_cached == 0) return rows * share * ppr;
+    return std::max(attending_cached * 100, rows * 100 * ppr);
+  };
+  size_t best = 0;
+  int64_t best_cost = 0, best_imbalance = 0, rows = 0, cached = 0;
+  for (size_t k = 1; k < n; ++k) {  // the first nano-batch: sequences [0, k)
+    rows += batch.sequences[k - 1].num_tokens;
+    cached += batch.sequences[k - 1].start;
+    const int64_t cost =
+        phase(cached, all.rows - rows) + phase(all.cached_positions - cached, rows);
+    const int64_t imbalance = std::abs(2 * rows - all.rows);
+    if (best == 0 || cost < best_cost || (cost == best_cost && imbalance < best_imbalance)) {
+      best = k;
+      best_cost = cost;
+      best_imbalance = imbalance;
+    }
+  }
+  return {nano_batch_of(batch, 0, best), nano_batch_of(batch, best, n - best)};
 }
 
 int nano_batch_index(std::span<const NanoBatch> nanos, const NanoBatch& nano) {

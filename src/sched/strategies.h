@@ -34,8 +34,13 @@ class NanoFlowStrategy final : public Strategy {
  public:
   // shared_gemms: how many GEMMs after the other nano-batch's attention run on gemm_sm_percent
   // of the multiprocessors (0: every one until this nano-batch's own attention output is read).
-  NanoFlowStrategy(int gemm_sm_percent, int shared_gemms)
-      : gemm_sm_percent_(gemm_sm_percent), shared_gemms_(shared_gemms) {}
+  // positions_per_row: 0, nano-batches of equal tokens (token_balanced_split); else the split
+  // whose two overlapped phases a cost model finishes soonest (overlap_balanced_split, with
+  // this many cached positions costing one row of GEMMs).
+  NanoFlowStrategy(int gemm_sm_percent, int shared_gemms, int64_t positions_per_row = 0)
+      : gemm_sm_percent_(gemm_sm_percent),
+        shared_gemms_(shared_gemms),
+        positions_per_row_(positions_per_row) {}
   std::string name() const override;
   std::vector<NanoBatch> split(const model::PackedBatch& batch) const override;
   void schedule(ScheduleContext& ctx) const override;
@@ -43,6 +48,7 @@ class NanoFlowStrategy final : public Strategy {
  private:
   int gemm_sm_percent_;
   int shared_gemms_;
+  int64_t positions_per_row_;
 };
 
 class DualBatchStrategy final : public Strategy {

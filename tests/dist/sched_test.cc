@@ -40,6 +40,7 @@ TEST(Scheduler, EveryStrategyGivesThePlainForwardBitwise) {
       const std::vector<std::vector<float>> want = prefill_then_decode(plain, nullptr);
       std::vector<std::string> names = sched::strategy_names();
       names.push_back("nanoflow:40");  // another share of the multiprocessors: the same order
+      names.push_back("nanoflow:60:0:4");  // the split by overlap cost
       names.push_back("flux");         // cpu only so far: not among strategy_names()
       names.push_back("single_batch:8");  // the prefill's pairs in 8 chunks, the decode's in 1
       names.push_back("single_batch:1");  // every row a chunk (at most 8)
@@ -146,6 +147,42 @@ TEST(Scheduler, NanoBatchesCountTheirCachedPositions) {
   }
 }
 
+// The split by overlap cost: each nano-batch's attention beside the other's GEMMs, a phase
+// costing the larger of the two (cached positions / positions_per_row against rows), the GEMMs
+// beside an attention that reads no cache on the whole GPU (rows x share).
+TEST(Scheduler, OverlapBalancedSplitFinishesBothPhasesSoonest) {
+  // Four decodes after 100 positions each, then a prompt of 4 rows; 50 positions a row, GEMMs
+  // on half the SMs. Split after k sequences:
+  //   k 1: max(100/50, 7) + max(300/50, 1) = 13     k 3: max(6, 5) + max(2, 3) = 9
+  //   k 2: max(4, 6) + max(4, 2) = 10               k 4: max(8, 4) + 4 x 0.5 = 10
+  model::PackedBatch b = batch_of({1, 1, 1, 1, 4});
+  for (size_t i = 0; i < 4; ++i) b.sequences[i].start = 100;
+  const auto split = sched::overlap_balanced_split(b, 50, 50);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split[0].num_seqs, 3u);
+  EXPECT_EQ(split[0].cached_positions, 300);
+  EXPECT_EQ(split[1].first_row, 3);
+  EXPECT_EQ(split[1].rows, 5);
+  EXPECT_EQ(sched::token_balanced_split(b, 2)[0].num_seqs, 4u);  // equal tokens: the decodes
+  // bench sched's 2048-row step (1536 decodes after 1024 positions, one prompt of 512) at 836
+  // positions a row and a 60% share: every split from 846 to 920 decodes costs 2048 rows (the
+  // GEMMs bound both phases), and 920, the most even of them, wins; not half the rows (1024).
+  std::vector<int64_t> lengths(1536, 1);
+  lengths.push_back(512);
+  model::PackedBatch mix = batch_of(lengths);
+  for (size_t i = 0; i < 1536; ++i) mix.sequences[i].start = 1024;
+  EXPECT_EQ(sched::overlap_balanced_split(mix, 836, 60)[0].num_seqs, 920u);
+  // No cache read: every split costs the same, and the most even one wins.
+  const auto prompts = sched::overlap_balanced_split(batch_of({4, 4, 4, 4}), 50, 60);
+  ASSERT_EQ(prompts.size(), 2u);
+  EXPECT_EQ(prompts[0].rows, 8);
+  EXPECT_EQ(sched::overlap_balanced_split(batch_of({9}), 50, 60).size(), 1u);
+  expect_error([&] { (void)sched::overlap_balanced_split(b, 0, 60); }, ErrorCode::kInvalidArgument,
+               {"positions_per_row = 0", "1 to 16777216"});
+  expect_error([&] { (void)sched::overlap_balanced_split(b, 50, 101); },
+               ErrorCode::kInvalidArgument, {"gemm_sm_percent = 101", "1 to 100"});
+}
+
 // run_fused accepts only the kinds of fused group the strategy declared, so a model's check of
 // the declaration (before anything runs) cannot be bypassed.
 TEST(Scheduler, RunFusedRefusesGroupsTheStrategyDidNotDeclare) {
@@ -222,13 +259,16 @@ TEST(Scheduler, AnOperationBeforeItsInputIsAnError) {
   expect_error(
       [] { sched::make_strategy("fluxx"); }, ErrorCode::kInvalidArgument,
       {"strategy = 'fluxx'",
-       "sequential, nanoflow[:P[:W]], dual_batch, single_batch[:R[:P]], tokenweave or flux"});
-  for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x", "nanoflow:60:0",
-                          "nanoflow:60:65", "nanoflow:60:", "nanoflow:60:1:2", "nanoflow:60;1"})
+       "sequential, nanoflow[:P[:W[:K]]], dual_batch, single_batch[:R[:P]], tokenweave or flux"});
+  for (const char* bad : {"nanoflow:0", "nanoflow:101", "nanoflow:", "nanoflow:7x",
+                          "nanoflow:60:-1", "nanoflow:60:65", "nanoflow:60:", "nanoflow:60:1:0",
+                          "nanoflow:60;1", "nanoflow:60:1:16777217", "nanoflow:60:1:2:3"})
     expect_error([&] { sched::make_strategy(bad); }, ErrorCode::kInvalidArgument,
-                 {str("strategy = '", bad, "'"), "1 to 100", "1 to 64"});
+                 {str("strategy = '", bad, "'"), "1 to 100", "0 (all) to 64", "1 to 16777216"});
   EXPECT_EQ(sched::make_strategy("nanoflow:60")->name(), "nanoflow:60");
+  EXPECT_EQ(sched::make_strategy("nanoflow:60:0")->name(), "nanoflow:60");
   EXPECT_EQ(sched::make_strategy("nanoflow:60:2")->name(), "nanoflow:60:2");
+  EXPECT_EQ(sched::make_strategy("nanoflow:60:0:800")->name(), "nanoflow:60:0:800");
   EXPECT_TRUE(sched::known_strategy("nanoflow:60"));
   EXPECT_FALSE(sched::known_strategy("nanoflow:-1"));
   sched::ScheduleContext placed(

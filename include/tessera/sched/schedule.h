@@ -86,6 +86,20 @@ NanoBatch nano_batch_of(const model::PackedBatch& batch, size_t first_seq, size_
 // Splits `batch` at sequence boundaries into at most `parts` nano-batches of about equal
 // tokens (greedy: a nano-batch closes once it reaches its share); every sequence in exactly one.
 std::vector<NanoBatch> token_balanced_split(const model::PackedBatch& batch, int parts);
+// Splits `batch` at the sequence boundary that NanoFlow's two overlapped phases (each nano-batch's
+// attention beside the other's GEMMs) finish soonest by a cost model in GEMM-row units: a
+// nano-batch's GEMMs on gemm_sm_percent of the multiprocessors cost its rows; its attention
+// costs its cached positions over positions_per_row (how many cached positions the attention
+// reads, on the rest of the multiprocessors, in the time the GEMMs take for one row: a
+// property of the model and the GPU, measured by bench sched's variants); beside an attention
+// that reads no cache the GEMMs take the whole GPU. A phase costs the larger of its two sides.
+// Among equal costs the split with the most even rows wins, so a batch of prompts alone splits
+// as token_balanced_split does. One nano-batch for a batch of one sequence. Throws
+// kInvalidArgument naming positions_per_row (1 to kMostPositionsPerRow) or gemm_sm_percent (1
+// to 100).
+inline constexpr int64_t kMostPositionsPerRow = int64_t(1) << 24;
+std::vector<NanoBatch> overlap_balanced_split(const model::PackedBatch& batch,
+                                              int64_t positions_per_row, int gemm_sm_percent);
 
 // The index of `nano` among `nanos` (matched by its first sequence). Throws kInvalidArgument
 // when it is not one of them.
