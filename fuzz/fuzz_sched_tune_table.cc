@@ -1,8 +1,9 @@
 // Fuzzes the scheduler rule's table file (src/sched/rule.cc): the input is the file. Reading
-// must return rows inside their declared ranges (a strategy make_strategy makes, nanoflow:P[:W]
-// included) or throw tessera::Error naming the file and line; rows read must write and read back
-// the same; the rule's pick at a row's own token count and mix must be a strategy measured there,
-// the fastest. A crash, UB, another exception or a broken round trip is a finding.
+// must return rows inside their declared ranges (a strategy make_strategy makes,
+// nanoflow:P[:W[:K]] included) or throw tessera::Error naming the file and line; rows read must
+// write and read back the same; the rule's pick at a row's own token count and mix must be a
+// strategy measured there, the fastest. A crash, UB, another exception or a broken round trip is a
+// finding.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

@@ -297,9 +297,11 @@ int bench_sched(const std::vector<std::string>& args, int argc, char** argv) {
         "positions each decode sequence has cached (default 1024 on cuda, 24 on cpu)"},
        {"prompt-len", "", "length of the step's new prompts (default 512 on cuda, 20 on cpu)"},
        {"strategies", "all",
-        "comma list of strategies (sequential, nanoflow, nanoflow:P[:W] with P the GEMMs' share "
-        "of the SMs beside a decode attention, which takes the rest, and W how many GEMMs after "
-        "it keep that share, dual_batch, single_batch, single_batch:R with R rows a chunk, "
+        "comma list of strategies (sequential, nanoflow, nanoflow:P[:W[:K]] with P the GEMMs' "
+        "share of the SMs beside a decode attention, which takes the rest, W how many GEMMs "
+        "after it keep that share (0: all), and K, when given, the cached positions that cost "
+        "one row of GEMMs in a split by overlap cost, dual_batch, single_batch, single_batch:R "
+        "with R rows a chunk, "
         "tokenweave, auto: the rule with the measured table), or all (every strategy but auto)"},
        {"warmup", "2", "untimed steps per case"},
        {"iters", "10", "timed steps per case (median reported)"},
