@@ -135,7 +135,8 @@ fi
 if has sched; then
   # The scheduler's strategies side by side (writing the rule's table), then the rule beside
   # them: on one GPU Llama-3-8B on steps mixing decodes and prompts (NanoFlow's setting; its SM
-  # shares and GEMM window as docs/PERF.md measured them), and a decode-heavy 8192-row step, each
+  # shares and GEMM window as docs/PERF.md measured them, and its split by overlap cost at two
+  # costs of a cached position, K 600 and 850 positions a row), and a decode-heavy 8192-row step, each
   # on as many layers as its caches fit (3072 decodes at context 1024: 13 GB a layer, 8 layers on
   # an H200's 141 GB, 4 on an H100's 80; 6144 decodes: 26 GB a layer, 4 and 2); on several GPUs a
   # Llama-3-70B-shaped stack at TP N. Each run's rows go into one table, keyed by their mix.
@@ -149,7 +150,7 @@ if has sched; then
   else
     runs=("--config llama3-8b --layers $mix_layers --tokens 64,2048,4096,8192 --decode 64,1536,3072,3072 --context 1024"
       "--config llama3-8b --layers $heavy_layers --tokens 8192 --decode 6144 --context 1024")
-    strategies=sequential,nanoflow:60,nanoflow:60:2,dual_batch,tokenweave
+    strategies=sequential,nanoflow:60,nanoflow:60:2,nanoflow:60:0:600,nanoflow:60:0:850,dual_batch,tokenweave
   fi
   for i in "${!runs[@]}"; do
     read -r -a model <<<"${runs[$i]}"
