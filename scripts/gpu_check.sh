@@ -135,11 +135,11 @@ fi
 if has sched; then
   # The scheduler's strategies side by side (writing the rule's table), then the rule beside
   # them: on one GPU Llama-3-8B on steps mixing decodes and prompts (NanoFlow's setting; its SM
-  # shares and GEMM window as docs/PERF.md measured them, and its split by overlap cost at two
-  # costs of a cached position, K 600 and 850 positions a row), and a decode-heavy 8192-row step, each
-  # on as many layers as its caches fit (3072 decodes at context 1024: 13 GB a layer, 8 layers on
-  # an H200's 141 GB, 4 on an H100's 80; 6144 decodes: 26 GB a layer, 4 and 2); on several GPUs a
-  # Llama-3-70B-shaped stack at TP N. Each run's rows go into one table, keyed by their mix.
+  # shares and GEMM window as docs/PERF.md measured them, and its split by overlap cost at K 600
+  # and 850 cached positions a row), and a decode-heavy 8192-row step, each on as many layers as
+  # its caches fit (3072 decodes at context 1024: 13 GB a layer, 8 layers on an H200's 141 GB, 4
+  # on an H100's 80; 6144 decodes: 26 GB a layer, 4 and 2); on several GPUs a Llama-3-70B-shaped
+  # stack at TP N. Each run's rows go into one table, keyed by their mix.
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
   big_gpu=$([ "${gpu_mib:-0}" -ge 120000 ] && echo 1 || echo 0)
   mix_layers=$([ "$big_gpu" = 1 ] && echo 8 || echo 4)

@@ -167,9 +167,10 @@ std::vector<Measured> run_rank(const SchedArgs& a, RankContext& ctx, bool on_cud
     try {
       m = std::make_unique<CudaSchedModel>(a, ctx, o);
     } catch (const Error& e) {
-      throw_error(e.code(), str("bench sched: the caches of --decode ", most_decodes,
-                                " sequences at --context ", a.context, " on ",
-                                a.config.num_hidden_layers, " --layers: ", e.what()));
+      // Most often the caches: name the options that size them.
+      throw_error(e.code(), str("bench sched: the model of ", a.config.num_hidden_layers,
+                                " --layers with caches for --decode ", most_decodes,
+                                " sequences at --context ", a.context, ": ", e.what()));
     }
   } else {
     m = std::make_unique<CpuSchedModel>(a, ctx, decode_pages + prompt_pages);
