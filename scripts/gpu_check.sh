@@ -135,11 +135,12 @@ fi
 if has sched; then
   # The scheduler's strategies side by side (writing the rule's table), then the rule beside
   # them: on one GPU Llama-3-8B on steps mixing decodes and prompts (NanoFlow's setting; its SM
-  # shares and GEMM window as docs/PERF.md measured them, and its split by overlap cost at K 600
-  # and 850 cached positions a row), and a decode-heavy 8192-row step, each on as many layers as
-  # its caches fit (3072 decodes at context 1024: 13 GB a layer, 8 layers on an H200's 141 GB, 4
-  # on an H100's 80; 6144 decodes: 26 GB a layer, 4 and 2); on several GPUs a Llama-3-70B-shaped
-  # stack at TP N. Each run's rows go into one table, keyed by their mix.
+  # shares and GEMM window as docs/PERF.md measured them, and its split by overlap cost at K 1000
+  # cached positions a row, the best of 600, 850 and 1000 on 12-06), and a decode-heavy 8192-row
+  # step, each on as many layers as its caches fit (3072 decodes at context 1024: 13 GB a layer,
+  # 8 layers on an H200's 141 GB, 4 on an H100's 80; 6144 decodes: 26 GB a layer, 4 and 2); on
+  # several GPUs a Llama-3-70B-shaped stack at TP N. Each run's rows go into one table, keyed by
+  # their mix.
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
   big_gpu=$([ "${gpu_mib:-0}" -ge 120000 ] && echo 1 || echo 0)
   mix_layers=$([ "$big_gpu" = 1 ] && echo 8 || echo 4)
@@ -150,7 +151,7 @@ if has sched; then
   else
     runs=("--config llama3-8b --layers $mix_layers --tokens 64,2048,4096,8192 --decode 64,1536,3072,3072 --context 1024"
       "--config llama3-8b --layers $heavy_layers --tokens 8192 --decode 6144 --context 1024")
-    strategies=sequential,nanoflow:60,nanoflow:60:2,nanoflow:60:0:600,nanoflow:60:0:850,dual_batch,tokenweave
+    strategies=sequential,nanoflow:60,nanoflow:60:2,nanoflow:60:0:1000,dual_batch,tokenweave
   fi
   for i in "${!runs[@]}"; do
     read -r -a model <<<"${runs[$i]}"
