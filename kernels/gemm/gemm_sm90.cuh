@@ -62,6 +62,12 @@ struct TileTraits<GemmTile::k128x64> {
   using Schedule = Cooperative;
 };
 template <>
+struct TileTraits<GemmTile::k128x96> {
+  using TileShape = cute::Shape<cute::_128, cute::_96, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using Schedule = Cooperative;
+};
+template <>
 struct TileTraits<GemmTile::k64x256PingPong> {
   using TileShape = cute::Shape<cute::_64, cute::_256, cute::_64>;
   using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;

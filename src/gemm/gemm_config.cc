@@ -11,7 +11,8 @@ namespace tessera::gemm {
 
 namespace {
 
-constexpr GemmTile kTiles[] = {GemmTile::k128x256, GemmTile::k128x128, GemmTile::k128x64,
+constexpr GemmTile kTiles[] = {GemmTile::k128x256,        GemmTile::k128x128,
+                               GemmTile::k128x96,         GemmTile::k128x64,
                                GemmTile::k64x256PingPong, GemmTile::k128x128PingPong};
 
 const char* tile_name(GemmTile tile) {
@@ -20,6 +21,8 @@ const char* tile_name(GemmTile tile) {
       return "128x256";
     case GemmTile::k128x128:
       return "128x128";
+    case GemmTile::k128x96:
+      return "128x96";
     case GemmTile::k128x64:
       return "128x64";
     case GemmTile::k64x256PingPong:
@@ -63,9 +66,9 @@ GemmConfig parse_gemm_config(std::string_view text, std::string_view what) {
   auto refuse = [&]() {
     throw_error(ErrorCode::kInvalidArgument,
                 str(what, " = '", text,
-                    "': expected TILE/SPLIT/sSWIZZLE with TILE 128x256, 128x128, 128x64 (SPLIT dp, "
-                    "sk or k2..k16), 64x256pp or 128x128pp (SPLIT dp), SWIZZLE 1, 2, 4 or 8 (e.g. "
-                    "128x256/dp/s1)"));
+                    "': expected TILE/SPLIT/sSWIZZLE with TILE 128x256, 128x128, 128x96, 128x64 "
+                    "(SPLIT dp, sk or k2..k16), 64x256pp or 128x128pp (SPLIT dp), SWIZZLE 1, 2, 4 "
+                    "or 8 (e.g. 128x256/dp/s1)"));
   };
   const size_t a = text.find('/'), b = a == text.npos ? a : text.find('/', a + 1);
   if (b == text.npos) refuse();
@@ -121,8 +124,12 @@ std::vector<GemmConfig> gemm_config_candidates() {
 //     --m 128 with the 128 x 64 tile, 2026-11-29, docs/PERF.md): 128 x 64 tiles, split K (at
 //     most 4 ways, within one wave) when half the grid would idle and the K loop is long, else
 //     stream-K when under 70% of the grid is busy, else whole tiles rasterized in groups of 4;
-//   - one row tile, wider outputs: 128 x 128 cooperative tiles; whole tiles when the columns
-//     fill most of the grid or the K loop is short, else split K as above or stream-K;
+//   - one row tile, wider outputs: 128 x 96 tiles where their waves hold fewer columns than
+//     128 x 128 tiles' (12288 columns in one full wave; ncu of cuBLASLt's kernels on an H100,
+//     2026-12-06, docs/PERF.md: it fits its tile widths to the grid the same way), stream-K when
+//     under 70% of the grid is busy, else whole tiles in groups of 4; otherwise 128 x 128
+//     cooperative tiles: whole tiles when the columns fill most of the grid or the K loop is
+//     short, else split K as above or stream-K;
 //   - short K loops (<= 4096): 128 x 128 ping-pong (the epilogue hides under the other warp
 //     group's mainloop);
 //   - long K loops: 128 x 128 ping-pong when its tiles fill the last wave at least 3/4 full;
@@ -142,7 +149,16 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, int sms) {
     return {GemmTile::k128x64, GemmSplit::kDataParallel, 1, 4};
   }
   if (m <= 128) {
-    const int64_t tiles = (n + 127) / 128;
+    // 96-wide tiles where their waves hold fewer columns a multiprocessor than 128-wide ones':
+    // 12288 columns are one full wave of 128 of them, or 96 tiles of 128 leaving a quarter of
+    // 132 multiprocessors idle.
+    const int64_t tiles96 = (n + 95) / 96, waves96 = (tiles96 + sms - 1) / sms;
+    const int64_t tiles128 = (n + 127) / 128, waves128 = (tiles128 + sms - 1) / sms;
+    if (waves96 * 96 < waves128 * 128) {
+      if (tiles96 * 10 < int64_t(sms) * 7) return {GemmTile::k128x96, GemmSplit::kStreamK, 1, 1};
+      return {GemmTile::k128x96, GemmSplit::kDataParallel, 1, 4};
+    }
+    const int64_t tiles = tiles128;
     if (k <= 3072 || tiles * 10 >= int64_t(sms) * 7) {
       return {GemmTile::k128x128, GemmSplit::kDataParallel, 1, 4};
     }

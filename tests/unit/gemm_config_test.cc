@@ -60,10 +60,21 @@ TEST(GemmConfig, RuleFollowsTheSweep) {
             (GemmConfig{GemmTile::k128x64, GemmSplit::kStreamK, 1, 1}));
   EXPECT_EQ(choose_gemm_config(128, 8192, 2048, sms),
             (GemmConfig{GemmTile::k128x64, GemmSplit::kDataParallel, 1, 4}));
-  // More than a wave of 128 x 64 tiles: 128 x 128; 72 of those: a split would need a second
-  // wave, so stream-K.
+  // More than a wave of 128 x 64 tiles, at most one of 128 x 96: 96 tiles of those (73% of the
+  // grid: whole tiles) for 9216 columns, 128 for 12288; 12289 columns would need 129 of 128 x 96
+  // and stay one wave.
   EXPECT_EQ(choose_gemm_config(128, 9216, 12288, sms),
-            (GemmConfig{GemmTile::k128x128, GemmSplit::kStreamK, 1, 1}));
+            (GemmConfig{GemmTile::k128x96, GemmSplit::kDataParallel, 1, 4}));
+  EXPECT_EQ(choose_gemm_config(128, 12288, 3072, sms),
+            (GemmConfig{GemmTile::k128x96, GemmSplit::kDataParallel, 1, 4}));
+  // 8704 columns: 91 tiles of 128 x 96, under 70% of the grid: stream-K.
+  EXPECT_EQ(choose_gemm_config(128, 8704, 8192, sms),
+            (GemmConfig{GemmTile::k128x96, GemmSplit::kStreamK, 1, 1}));
+  // 14336 columns: two waves of 128 x 96 (192 columns a multiprocessor) against one of 128 x
+  // 128 (112 tiles): 128 x 128; 20480 columns: two waves either way, 192 columns against 256:
+  // 128 x 96.
+  EXPECT_EQ(choose_gemm_config(128, 14336, 8192, sms).tile, GemmTile::k128x128);
+  EXPECT_EQ(choose_gemm_config(128, 20480, 8192, sms).tile, GemmTile::k128x96);
   // Wide enough to fill the grid: whole tiles (cuBLASLt still preferred at one row tile).
   EXPECT_EQ(choose_gemm_config(128, 14336, 8192, sms).split, GemmSplit::kDataParallel);
   EXPECT_TRUE(gemm_prefers_cublaslt(128, 14336, 8192));

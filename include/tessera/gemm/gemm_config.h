@@ -12,12 +12,21 @@
 namespace tessera::gemm {
 
 // Cooperative tiles (both consumer warp groups on one tile; any GemmSplit): 128 x 256 in
-// clusters of 2 along M (B multicast), for many tiles; 128 x 128 and 128 x 64 in clusters of 2
-// along N (A multicast), for few rows (128 x 64: twice the tiles of a narrow output, so one row
-// tile's weights stream through more multiprocessors). Ping-pong tiles (the consumer warp
-// groups alternate tiles, one's epilogue under the other's mainloop; data-parallel only), for
-// short K loops: 64 x 256 and 128 x 128, clusters of 2 along M.
-enum class GemmTile : uint8_t { k128x256, k128x128, k64x256PingPong, k128x128PingPong, k128x64 };
+// clusters of 2 along M (B multicast), for many tiles; 128 x 128, 128 x 96 and 128 x 64 in
+// clusters of 2 along N (A multicast), for few rows (128 x 64: twice the tiles of a narrow
+// output, so one row tile's weights stream through more multiprocessors; 128 x 96: an output
+// whose 128-wide tiles leave a quarter of the grid idle, 12288 columns on 132 multiprocessors,
+// in one full wave). Ping-pong tiles (the consumer warp groups alternate tiles, one's epilogue
+// under the other's mainloop; data-parallel only), for short K loops: 64 x 256 and 128 x 128,
+// clusters of 2 along M.
+enum class GemmTile : uint8_t {
+  k128x256,
+  k128x128,
+  k64x256PingPong,
+  k128x128PingPong,
+  k128x64,
+  k128x96
+};
 
 // Data-parallel (whole output tiles per CTA), stream-K (the K loop of the tiles beyond the last
 // full wave split over the grid), split-K into `splits` slices. Partial sums are reduced in a
