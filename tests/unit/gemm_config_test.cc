@@ -61,8 +61,7 @@ TEST(GemmConfig, RuleFollowsTheSweep) {
   EXPECT_EQ(choose_gemm_config(128, 8192, 2048, sms),
             (GemmConfig{GemmTile::k128x64, GemmSplit::kDataParallel, 1, 4}));
   // More than a wave of 128 x 64 tiles, at most one of 128 x 96: 96 tiles of those (73% of the
-  // grid: whole tiles) for 9216 columns, 128 for 12288; 12289 columns would need 129 of 128 x 96
-  // and stay one wave.
+  // grid: whole tiles) for 9216 columns, 128 for 12288.
   EXPECT_EQ(choose_gemm_config(128, 9216, 12288, sms),
             (GemmConfig{GemmTile::k128x96, GemmSplit::kDataParallel, 1, 4}));
   EXPECT_EQ(choose_gemm_config(128, 12288, 3072, sms),

@@ -14,11 +14,11 @@ namespace tessera::gemm {
 // Cooperative tiles (both consumer warp groups on one tile; any GemmSplit): 128 x 256 in
 // clusters of 2 along M (B multicast), for many tiles; 128 x 128, 128 x 96 and 128 x 64 in
 // clusters of 2 along N (A multicast), for few rows (128 x 64: twice the tiles of a narrow
-// output, so one row tile's weights stream through more multiprocessors; 128 x 96: an output
-// whose 128-wide tiles leave a quarter of the grid idle, 12288 columns on 132 multiprocessors,
-// in one full wave). Ping-pong tiles (the consumer warp groups alternate tiles, one's epilogue
-// under the other's mainloop; data-parallel only), for short K loops: 64 x 256 and 128 x 128,
-// clusters of 2 along M.
+// output, so one row tile's weights stream through more multiprocessors; 128 x 96: one row tile
+// of an output that 128-wide tiles would spread over part of the grid only, as 12288 columns
+// are 96 tiles of 128 on 132 multiprocessors and 128 of 96). Ping-pong tiles (the consumer warp
+// groups alternate tiles, one's epilogue under the other's mainloop; data-parallel only), for short
+// K loops: 64 x 256 and 128 x 128, clusters of 2 along M.
 enum class GemmTile : uint8_t {
   k128x256,
   k128x128,
