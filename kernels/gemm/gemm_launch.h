@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "tessera/gemm/gemm_config.h"
 
@@ -39,6 +40,9 @@ struct GemmKey {
   ElementType out = ElementType::kBF16;
   bool weight_nk = true;
   GemmTile tile = GemmTile::k128x256;
+  // "" for production; tuning builds (-DTESSERA_GEMM_DEV_VARIANTS: inst/gemm_sm90_variants.cu)
+  // register named alternatives of a tile that the TESSERA_GEMM_KERNEL parameter selects.
+  std::string_view variant;
   bool operator==(const GemmKey&) const = default;
 };
 

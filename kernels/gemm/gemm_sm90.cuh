@@ -21,6 +21,7 @@
 #include <cutlass/epilogue/fusion/operations.hpp>
 #include <cutlass/gemm/collective/collective_builder.hpp>
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <string_view>
 #include <type_traits>
 
 #include "gemm/gemm_launch.h"
@@ -80,10 +81,19 @@ struct TileTraits<GemmTile::k128x128PingPong> {
   using Schedule = PingPong;
 };
 
+// How a tile is built: production's cluster, schedule and bias epilogue; tuning variants
+// (inst/gemm_sm90_variants.cu) replace parts of it.
+template <GemmTile kTile>
+struct ProductionBuild {
+  using ClusterShape = typename TileTraits<kTile>::ClusterShape;
+  using Schedule = typename TileTraits<kTile>::Schedule;
+  static constexpr bool kBias = true;  // false: no bias epilogue (a problem with a bias refused)
+};
+
 // SchedulerTag_: void for the tile's own scheduler; the tensor-parallel kernels pass theirs
 // (kernels/tp/), which carries their hooks.
 template <class ElementIn_, class ElementOut_, bool kWeightNK_, GemmTile kTile_,
-          class SchedulerTag_ = void>
+          class SchedulerTag_ = void, class Build_ = ProductionBuild<kTile_>>
 struct GemmTraits {
   using ElementIn = ElementIn_;
   using ElementOut = ElementOut_;
@@ -97,15 +107,19 @@ struct GemmTraits {
   static constexpr int kAlignOut = 16 / int(sizeof(ElementOut));
   static constexpr GemmTile kTile = kTile_;
   using TileShape = typename TileTraits<kTile>::TileShape;
-  using ClusterShape = typename TileTraits<kTile>::ClusterShape;
-  using Schedule = typename TileTraits<kTile>::Schedule;
+  using ClusterShape = typename Build_::ClusterShape;
+  using Schedule = typename Build_::Schedule;
+  static constexpr bool kBias = Build_::kBias;
   using SchedulerTag = std::conditional_t<std::is_void_v<SchedulerTag_>,
                                           typename Schedule::Scheduler, SchedulerTag_>;
   static constexpr bool kStreamK = std::is_same_v<SchedulerTag, cutlass::gemm::StreamKScheduler>;
   static_assert(sizeof(ElementIn) == 2, "the building block takes bf16 or f16 operands");
 
-  using Fusion = cutlass::epilogue::fusion::LinCombPerColBias<ElementOut, float, ElementOut,
-                                                              ElementOut, float>;
+  using Fusion = std::conditional_t<
+      kBias,
+      cutlass::epilogue::fusion::LinCombPerColBias<ElementOut, float, ElementOut, ElementOut,
+                                                   float>,
+      cutlass::epilogue::fusion::LinearCombination<ElementOut, float, ElementOut, float>>;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlignOut,
@@ -153,7 +167,8 @@ typename Traits::Gemm::Arguments gemm_arguments(const GemmProblem& p, const Gemm
        packed_stride<typename Kernel::StrideD>(p.m, p.n)}};
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
-  args.epilogue.thread.bias_ptr = static_cast<const ElementOut*>(p.bias);
+  if constexpr (Traits::kBias)
+    args.epilogue.thread.bias_ptr = static_cast<const ElementOut*>(p.bias);
   args.hw_info.sm_count = p.device_sms;
   auto& sched = args.scheduler;
   sched.max_swizzle_size = config.swizzle;
@@ -214,14 +229,16 @@ cudaError_t launch_gemm(const GemmProblem& p, const GemmConfig& config, void* wo
                         size_t workspace_bytes, cudaStream_t stream) {
   // Only the stream-K scheduler splits; the others run whole tiles.
   if (!Traits::kStreamK && config.split != GemmSplit::kDataParallel) return cudaErrorInvalidValue;
+  if (!Traits::kBias && p.bias != nullptr) return cudaErrorInvalidValue;
   return launch_with_arguments<Traits>(gemm_arguments<Traits>(p, config), workspace,
                                        workspace_bytes, stream);
 }
 
-// Registers the launcher of one instantiation (called from inst/ at load time).
+// Registers the launcher of one instantiation (called from inst/ at load time); `variant` names
+// a tuning variant (GemmKey::variant).
 template <class Traits>
-bool register_traits(ElementType in, ElementType out) {
-  return register_gemm_kernel({in, out, Traits::kWeightNK, Traits::kTile},
+bool register_traits(ElementType in, ElementType out, std::string_view variant = {}) {
+  return register_gemm_kernel({in, out, Traits::kWeightNK, Traits::kTile, variant},
                               {&launch_gemm<Traits>, &gemm_workspace_bytes<Traits>});
 }
 

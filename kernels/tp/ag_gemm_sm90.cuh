@@ -30,7 +30,7 @@ cudaError_t launch_ag_gemm(const gemm::kernels::GemmProblem& p, const gemm::Gemm
 template <class Traits>
 bool register_ag_traits(gemm::kernels::ElementType element) {
   return register_ag_gemm_kernel(
-      {element, element, Traits::kWeightNK, Traits::kTile},
+      {element, element, Traits::kWeightNK, Traits::kTile, {}},
       {&launch_ag_gemm<Traits>, &gemm::kernels::sm90::gemm_workspace_bytes<Traits>});
 }
 

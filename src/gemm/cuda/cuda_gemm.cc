@@ -10,11 +10,16 @@
 #include "gemm/skinny_gemm_launch.h"
 #include "tessera/core/buffer.h"
 #include "tessera/core/error.h"
+#include "tessera/core/params.h"
 #include "tessera/runtime/cuda_check.h"
 
 namespace tessera::gemm::detail {
 
 namespace {
+
+const Param<std::string> kGemmKernelVariant(
+    "TESSERA_GEMM_KERNEL", "",
+    "GEMM building block variant to run (tuning builds register named ones; empty: production)");
 
 bool element_type(DType dtype, kernels::ElementType& out) {
   switch (dtype) {
@@ -39,6 +44,13 @@ kernels::GemmLauncher hopper_kernel(const GemmShape& shape, GemmTile tile) {
   if (!element_type(shape.dtype, key.in) || !element_type(shape.out_dtype, key.out)) return {};
   // TMA needs 16-byte aligned rows: K and N multiples of 8 for 16-bit types.
   if (shape.k % 8 != 0 || shape.n % 8 != 0) return {};
+  // A tuning variant where one is registered for the key, production otherwise.
+  static const std::string variant = kGemmKernelVariant.get();  // read once
+  if (!variant.empty()) {
+    key.variant = variant;
+    if (const kernels::GemmLauncher launcher = kernels::find_gemm_kernel(key)) return launcher;
+    key.variant = {};
+  }
   return kernels::find_gemm_kernel(key);
 }
 

@@ -72,7 +72,7 @@ AgGemmKernel::AgGemmKernel(const TpPlan& plan, int rank, Device gpu, int config_
   config_.split = gemm::GemmSplit::kDataParallel;
   config_.swizzle = 1;
   launcher_ = tp::kernels::find_ag_gemm_kernel(
-      {element(r.dtype), element(r.out_dtype), true, config_.tile});
+      {element(r.dtype), element(r.out_dtype), true, config_.tile, {}});
   TESSERA_CHECK(bool(launcher_), ErrorCode::kUnsupported, "no AllGather+GEMM kernel for ",
                 dtype_name(r.dtype), " tile ", gemm::gemm_config_name(config_), " in this build");
 
