@@ -105,16 +105,12 @@ class ArrivalTileScheduler : public cutlass::gemm::kernel::detail::PersistentTil
         while ((observed = cuda_comm::load_acquire_system(wait_.words + c)) < wait_.expected) {
           const uint64_t waited = cuda_comm::global_timer_ns() - start;
           if (waited > wait_.timeout_ns) {
-            const int from = wait_.chunk_source[c];
-            if (cuda_comm::record_wait_timeout(wait_.record, wait_.claim, wait_.rank, c, from,
-                                               int(WaitCmp::kGe), 0, wait_.expected, observed,
-                                               waited)) {
-              printf(
-                  "tessera rank %d: timed out after %llu ms in AllGather+GEMM waiting for chunk "
-                  "%d from rank %d (arrival word %llu, expected >= %llu)\n",
-                  wait_.rank, (unsigned long long)(waited / 1000000), c, from,
-                  (unsigned long long)observed, (unsigned long long)wait_.expected);
-            }
+            // Who waited for whom goes to the host-mapped record, which the host reports
+            // (WaitTimeoutLog); no printf: a call anywhere in this kernel makes ptxas serialize
+            // the consumers' WGMMAs (its C7510 warning).
+            cuda_comm::record_wait_timeout(wait_.record, wait_.claim, wait_.rank, c,
+                                           wait_.chunk_source[c], int(WaitCmp::kGe), 0,
+                                           wait_.expected, observed, waited);
             __trap();
           }
           __nanosleep(pause_ns);
