@@ -1,12 +1,10 @@
 // Tuning variants of the sm90 GEMM building block's 128x64 tile (bf16, weight [N, K]), the tile
 // whose fixed cost at one row tile docs/PERF.md measured against cuBLASLt's (2026-12-06),
 // registered under names that the TESSERA_GEMM_KERNEL parameter selects. Compiled to nothing
-// unless TESSERA_GEMM_DEV_VARIANTS is defined, so library and CI builds pay nothing:
-//   cmake ... -DCMAKE_CUDA_FLAGS=-DTESSERA_GEMM_DEV_VARIANTS
-//   TESSERA_GEMM_KERNEL=nobias tessera bench gemm --model llama3-70b --tp 8 --m 128 --configs
-//   128x64/dp/s1
-// (each variant a run of its own beside production's; variants run data-parallel only where
-// their scheduler says so, and "nobias" refuses a problem with a bias).
+// unless TESSERA_GEMM_DEV_VARIANTS is defined, so library and CI builds pay nothing;
+// scripts/gemm_dev.sh builds them and times each (a run of its own, TESSERA_GEMM_KERNEL=NAME)
+// beside production and cuBLASLt. "persistent" runs whole tiles only (its scheduler does not
+// split), and "nobias" refuses a problem with a bias.
 #ifdef TESSERA_GEMM_DEV_VARIANTS
 #include "gemm/gemm_sm90.cuh"
 
