@@ -53,6 +53,14 @@ int parse_int(std::string_view text) {
   return ec == std::errc() && end == text.data() + text.size() ? value : -1;
 }
 
+// One row tile of `tiles` tiles: stream-K when under 70% of the grid would be busy, else whole
+// tiles in groups of 4 (CUTLASS caps a group at the tile count of the shorter side, one here,
+// so /s4 runs as /s1; the name stays as the sweep recorded it).
+GemmConfig one_row_tile_config(GemmTile tile, int64_t tiles, int sms) {
+  if (tiles * 10 < int64_t(sms) * 7) return {tile, GemmSplit::kStreamK, 1, 1};
+  return {tile, GemmSplit::kDataParallel, 1, 4};
+}
+
 }  // namespace
 
 std::string gemm_config_name(const GemmConfig& config) {
@@ -145,8 +153,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, int sms) {
       const int splits = int(std::min<int64_t>(4, int64_t(sms) / tiles));
       return {GemmTile::k128x64, GemmSplit::kSplitK, splits, 1};
     }
-    if (tiles * 10 < int64_t(sms) * 7) return {GemmTile::k128x64, GemmSplit::kStreamK, 1, 1};
-    return {GemmTile::k128x64, GemmSplit::kDataParallel, 1, 4};
+    return one_row_tile_config(GemmTile::k128x64, tiles, sms);
   }
   if (m <= 128) {
     // 96-wide tiles where their waves hold fewer columns a multiprocessor than 128-wide ones':
@@ -154,10 +161,7 @@ GemmConfig choose_gemm_config(int64_t m, int64_t n, int64_t k, int sms) {
     // 132 multiprocessors idle.
     const int64_t tiles96 = (n + 95) / 96, waves96 = (tiles96 + sms - 1) / sms;
     const int64_t tiles128 = (n + 127) / 128, waves128 = (tiles128 + sms - 1) / sms;
-    if (waves96 * 96 < waves128 * 128) {
-      if (tiles96 * 10 < int64_t(sms) * 7) return {GemmTile::k128x96, GemmSplit::kStreamK, 1, 1};
-      return {GemmTile::k128x96, GemmSplit::kDataParallel, 1, 4};
-    }
+    if (waves96 * 96 < waves128 * 128) return one_row_tile_config(GemmTile::k128x96, tiles96, sms);
     const int64_t tiles = tiles128;
     if (k <= 3072 || tiles * 10 >= int64_t(sms) * 7) {
       return {GemmTile::k128x128, GemmSplit::kDataParallel, 1, 4};
